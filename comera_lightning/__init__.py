@@ -1,0 +1,1 @@
+"""comera_lightning: rank-adaptive tensor-train training (CoMERA) for PyTorch Lightning."""
