@@ -1,0 +1,172 @@
+"""What every tensor-train layer shares: cores, rank gates, masking, pruning, resizing on load.
+
+A train of ``K`` cores ``G_k`` of shape ``(r_{k-1}, *modes_k, r_k)`` (``r_0 = r_K = 1``) carries
+a gate vector ``g_k`` on each internal bond (METHOD.md §2): the layer uses
+``G_1 diag(g_1) G_2 diag(g_2) ⋯ G_K``. A gate at or below ``gate_threshold`` is dead: it
+contributes nothing and gets no gradient, and its ``alive`` flag (a buffer) is cleared so it
+never comes back. ``prune_`` slices dead indices out physically, so compute and memory fall.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+__all__ = ["TTModule", "PruneRecord"]
+
+
+@dataclass(frozen=True)
+class PruneRecord:
+    """A parameter that ``prune_`` sliced: ``index`` kept along ``dim`` (for optimizer state)."""
+
+    param: nn.Parameter
+    dim: int
+    index: torch.Tensor
+
+
+class TTModule(nn.Module):
+    """Base class: holds the cores (``self.cores``) and gates (``self.gates``) of one train."""
+
+    def __init__(
+        self,
+        core_modes: Sequence[Sequence[int]],
+        ranks: Sequence[int],
+        *,
+        gate_threshold: float,
+        std: float,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__()
+        if len(ranks) != len(core_modes) - 1:
+            raise ValueError(f"{len(core_modes)} cores need {len(core_modes) - 1} bond ranks, got {list(ranks)}")
+        if not (isinstance(gate_threshold, (int, float)) and 0 <= gate_threshold < 1):
+            raise ValueError(f"gate_threshold must be a number in [0, 1), got {gate_threshold!r}.")
+        self.core_modes = [tuple(int(m) for m in modes) for modes in core_modes]
+        self.gate_threshold = float(gate_threshold)
+        bonds = (1, *ranks, 1)
+        factory = {"device": device, "dtype": dtype}
+        self.cores = nn.ParameterList(
+            nn.Parameter(torch.empty(bonds[k], *modes, bonds[k + 1], **factory)) for k, modes in enumerate(self.core_modes)
+        )
+        self.gates = nn.ParameterList(nn.Parameter(torch.ones(r, **factory)) for r in ranks)
+        for k, r in enumerate(ranks):
+            self.register_buffer(f"alive_{k}", torch.ones(r, dtype=torch.bool, device=device))
+        self.reset_cores(std)
+
+    # ------------------------------------------------------------------ construction
+    @torch.no_grad()
+    def reset_cores(self, std: float) -> None:
+        """Random cores whose full tensor has entries of standard deviation ``std`` (METHOD §1.1)."""
+        scale = std ** (1.0 / len(self.cores))
+        for core in self.cores:
+            core.normal_(0.0, scale / math.sqrt(core.shape[-1]))
+        for gate in self.gates:
+            gate.fill_(1.0)
+        for alive in self._alive_masks():
+            alive.fill_(True)
+
+    @torch.no_grad()
+    def load_cores_(self, cores: Sequence[torch.Tensor]) -> None:
+        """Replace the cores (e.g. from TT-SVD), resizing ranks; all gates reset to 1 and alive."""
+        if len(cores) != len(self.cores):
+            raise ValueError(f"expected {len(self.cores)} cores, got {len(cores)}")
+        for param, value in zip(self.cores, cores):
+            param.data = value.detach().to(param.dtype).to(param.device).reshape(value.shape[0], *param.shape[1:-1], value.shape[-1]).clone()
+        for k, gate in enumerate(self.gates):
+            rank = self.cores[k].shape[-1]
+            gate.data = torch.ones(rank, dtype=gate.dtype, device=gate.device)
+            setattr(self, f"alive_{k}", torch.ones(rank, dtype=torch.bool, device=gate.device))
+
+    # ------------------------------------------------------------------ gates and ranks
+    def _alive_masks(self) -> list[torch.Tensor]:
+        return [getattr(self, f"alive_{k}") for k in range(len(self.gates))]
+
+    def gate_masks(self) -> list[torch.Tensor]:
+        """Boolean mask of the live indices of every bond (on device, no host sync)."""
+        return [alive & (gate > self.gate_threshold) for alive, gate in zip(self._alive_masks(), self.gates)]
+
+    def gated_cores(self) -> list[torch.Tensor]:
+        """Cores with each bond's masked gate folded into the core on its left."""
+        masks = self.gate_masks()
+        if self.training:
+            with torch.no_grad():  # dead gates stay dead, whatever the optimizer does later
+                for alive, mask in zip(self._alive_masks(), masks):
+                    alive.copy_(mask)
+        cores = list(self.cores)
+        for k, (gate, mask) in enumerate(zip(self.gates, masks)):
+            cores[k] = cores[k] * (gate * mask).to(cores[k].dtype)
+        return cores
+
+    @property
+    def physical_ranks(self) -> tuple[int, ...]:
+        """Bond ranks as stored (what compute and memory pay for)."""
+        return tuple(core.shape[-1] for core in self.cores[:-1])
+
+    @property
+    def ranks(self) -> tuple[int, ...]:
+        """Bond ranks now active (live gates above the threshold); syncs with the device."""
+        return tuple(int(mask.sum()) for mask in self.gate_masks())
+
+    def active_size(self) -> torch.Tensor:
+        """Exact parameter count of the cores at the active ranks, as a device tensor (no sync)."""
+        counts = [torch.ones((), device=self.cores[0].device)]
+        counts += [mask.sum().to(counts[0].dtype) for mask in self.gate_masks()]
+        counts.append(counts[0])
+        total = counts[0] * 0
+        for k, modes in enumerate(self.core_modes):
+            total = total + counts[k] * math.prod(modes) * counts[k + 1]
+        return total
+
+    def num_parameters(self) -> int:
+        """Parameters this layer holds now (cores, gates and any bias)."""
+        return sum(p.numel() for p in self.parameters())
+
+    def dense_parameters(self) -> int:
+        """Parameters of the dense layer this one replaces."""
+        raise NotImplementedError
+
+    def to_dense_module(self) -> nn.Module:
+        """The equivalent dense module (``nn.Linear``, ``nn.Embedding``, ...)."""
+        raise NotImplementedError
+
+    def compression_ratio(self) -> float:
+        """Dense parameters divided by the parameters held now."""
+        return self.dense_parameters() / max(1, self.num_parameters())
+
+    # ------------------------------------------------------------------ physical pruning
+    @torch.no_grad()
+    def prune_(self) -> list[PruneRecord]:
+        """Slice dead rank indices out of cores, gates and alive masks; return what was sliced."""
+        records: list[PruneRecord] = []
+        for k, mask in enumerate(self.gate_masks()):
+            if bool(mask.all()):
+                continue
+            keep = mask.nonzero().flatten()
+            left, right, gate = self.cores[k], self.cores[k + 1], self.gates[k]
+            left.data = left.data.index_select(left.dim() - 1, keep)
+            right.data = right.data.index_select(0, keep)
+            gate.data = gate.data.index_select(0, keep)
+            setattr(self, f"alive_{k}", getattr(self, f"alive_{k}").index_select(0, keep))
+            records += [PruneRecord(left, left.dim() - 1, keep), PruneRecord(right, 0, keep), PruneRecord(gate, 0, keep)]
+        return records
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs):
+        """Resize cores, gates and masks to the ranks stored in the checkpoint, then load."""
+        for k in range(len(self.cores)):
+            self._resize_to(self.cores[k], state_dict.get(f"{prefix}cores.{k}"))
+        for k in range(len(self.gates)):
+            self._resize_to(self.gates[k], state_dict.get(f"{prefix}gates.{k}"))
+            stored = state_dict.get(f"{prefix}alive_{k}")
+            if stored is not None and stored.shape != getattr(self, f"alive_{k}").shape:
+                setattr(self, f"alive_{k}", torch.ones_like(stored, dtype=torch.bool, device=self.gates[k].device))
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs)
+
+    @staticmethod
+    def _resize_to(param: nn.Parameter, stored: torch.Tensor | None) -> None:
+        if stored is not None and stored.dim() == param.dim() and stored.shape != param.shape:
+            param.data = torch.empty(stored.shape, dtype=param.dtype, device=param.device)

@@ -1,0 +1,199 @@
+"""TTEmbedding: an embedding table stored as a tensor-train matrix (METHOD.md §1.2)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .base import TTModule
+from .contraction import chain_cost, contract_chain, tt_svd
+from .shapes import balance_halves, bond_rank_caps, factorize, prod
+
+__all__ = ["TTEmbedding"]
+
+
+def _ids_are_checkable() -> bool:
+    """Range checks need a host sync: skip them while compiling or capturing a CUDA graph."""
+    if torch.compiler.is_compiling():
+        return False
+    return not (torch.cuda.is_available() and torch.cuda.is_current_stream_capturing())
+
+
+class TTEmbedding(TTModule):
+    """Like ``nn.Embedding``; row ``i`` of the table is a product of TT-matrix core slices.
+
+    Cores are ``(r_{k-1}, n_k, m_k, r_k)`` with row modes ``n`` (``∏n ≥ num_embeddings``, padded
+    when the vocabulary factorises badly) and column modes ``m`` (``∏m ≥ embedding_dim``).
+    Lookup: the cores left and right of a split bond are each contracted into a small table
+    for all of their row sub-indices (once per call, independent of the batch), then each id
+    gathers one slice from each and a single batched matmul finishes the rows. With
+    ``deduplicate`` (eager mode only) ids are looked up once each, in sorted order, which is
+    faster even when few ids repeat (cache-friendly gathers).
+    """
+
+    def __init__(
+        self,
+        num_embeddings: int,
+        embedding_dim: int,
+        *,
+        max_rank: int | Sequence[int],
+        padding_idx: int | None = None,
+        row_modes: Sequence[int] | None = None,
+        col_modes: Sequence[int] | None = None,
+        num_cores: int = 4,
+        deduplicate: bool = True,
+        gate_threshold: float = 1e-2,
+        init_std: float = 1.0,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        for name, value in (("num_embeddings", num_embeddings), ("embedding_dim", embedding_dim), ("num_cores", num_cores)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}.")
+        if padding_idx is not None:
+            if not -num_embeddings <= padding_idx < num_embeddings:
+                raise ValueError(f"padding_idx={padding_idx} is outside the table of {num_embeddings} rows.")
+            padding_idx %= num_embeddings
+        row_modes = tuple(row_modes) if row_modes is not None else factorize(num_embeddings, num_cores)
+        col_modes = tuple(col_modes) if col_modes is not None else balance_halves(factorize(embedding_dim, len(row_modes)))
+        if len(row_modes) != len(col_modes):
+            raise ValueError(f"row_modes {row_modes} and col_modes {col_modes} must have the same length.")
+        if prod(row_modes) < num_embeddings or prod(col_modes) < embedding_dim or min(row_modes + col_modes) < 1:
+            raise ValueError(
+                f"row_modes {row_modes} must multiply to >= {num_embeddings} and col_modes {col_modes} to "
+                f">= {embedding_dim}, all positive."
+            )
+        sizes = [n * m for n, m in zip(row_modes, col_modes)]
+        super().__init__(
+            list(zip(row_modes, col_modes)), bond_rank_caps(sizes, max_rank),
+            gate_threshold=gate_threshold, std=init_std, device=device, dtype=dtype,
+        )
+        self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
+        self.padding_idx, self.deduplicate = padding_idx, deduplicate
+        self.row_modes, self.col_modes = row_modes, col_modes
+
+    # ------------------------------------------------------------------ conversions
+    @classmethod
+    def from_embedding(cls, embedding: nn.Embedding, *, max_rank: int | Sequence[int], **kwargs) -> "TTEmbedding":
+        """TT-SVD of the table: exact at full rank, the best TT-matrix approximation below."""
+        if not isinstance(embedding, nn.Embedding):
+            raise TypeError(f"from_embedding expects an nn.Embedding, got {type(embedding).__name__}.")
+        if embedding.max_norm is not None or embedding.sparse:
+            raise ValueError("from_embedding does not support max_norm or sparse=True embeddings.")
+        w = embedding.weight
+        kwargs.setdefault("padding_idx", embedding.padding_idx)
+        layer = cls(embedding.num_embeddings, embedding.embedding_dim, max_rank=max_rank, device=w.device, dtype=w.dtype, **kwargs)
+        layer.load_table_(w)
+        return layer
+
+    @torch.no_grad()
+    def load_table_(self, table: torch.Tensor) -> None:
+        """Set the cores to the TT-SVD of a ``(num_embeddings, embedding_dim)`` table."""
+        d = len(self.row_modes)
+        padded = table.new_zeros(prod(self.row_modes), prod(self.col_modes))
+        padded[: self.num_embeddings, : self.embedding_dim] = table
+        # (n1..nd, m1..md) -> (n1, m1, n2, m2, ...) -> (n1·m1, n2·m2, ...)
+        interleaved = padded.reshape(*self.row_modes, *self.col_modes).permute(
+            *[i for k in range(d) for i in (k, d + k)]
+        )
+        merged = interleaved.reshape([n * m for n, m in zip(self.row_modes, self.col_modes)])
+        self.load_cores_(tt_svd(merged, self.physical_ranks))
+
+    def weight_table(self) -> torch.Tensor:
+        """The dense ``(num_embeddings, embedding_dim)`` table the train represents."""
+        d = len(self.row_modes)
+        full = contract_chain([c.flatten(1, 2) for c in self.gated_cores()])
+        full = full.reshape([s for pair in zip(self.row_modes, self.col_modes) for s in pair])
+        full = full.permute(*range(0, 2 * d, 2), *range(1, 2 * d, 2)).reshape(prod(self.row_modes), prod(self.col_modes))
+        table = full[: self.num_embeddings, : self.embedding_dim]
+        if self.padding_idx is not None:
+            table = table.clone()
+            table[self.padding_idx] = 0
+        return table
+
+    def to_dense_module(self) -> nn.Embedding:
+        """The dense module this layer replaces (used by ``to_dense``)."""
+        return self.to_embedding()
+
+    def to_embedding(self) -> nn.Embedding:
+        """An ``nn.Embedding`` holding the same table."""
+        table = self.weight_table().detach()
+        embedding = nn.Embedding(self.num_embeddings, self.embedding_dim, padding_idx=self.padding_idx, device=table.device, dtype=table.dtype)
+        with torch.no_grad():
+            embedding.weight.copy_(table)
+        return embedding
+
+    def dense_parameters(self) -> int:
+        """Parameters of the equivalent ``nn.Embedding``."""
+        return self.num_embeddings * self.embedding_dim
+
+    # ------------------------------------------------------------------ lookup
+    def _half_tables(self, split: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Left table ``(N_L, M_L, r)`` and right table ``(N_R, r, M_R)`` for a cut after core ``split-1``."""
+        cores = self.gated_cores()
+        k_left, k_right = split, len(cores) - split
+        left = contract_chain([c.flatten(1, 2) for c in cores[:split]])  # (1, n1 m1 n2 m2 .., r)
+        left = left.reshape(*[s for c in cores[:split] for s in c.shape[1:3]], -1)
+        left = left.permute(*range(0, 2 * k_left, 2), *range(1, 2 * k_left, 2), 2 * k_left)
+        rank = left.shape[-1]
+        left = left.reshape(prod(self.row_modes[:split]), prod(self.col_modes[:split]), rank)
+        right = contract_chain([c.flatten(1, 2) for c in cores[split:]])  # (r, n m .., 1)
+        right = right.reshape(rank, *[s for c in cores[split:] for s in c.shape[1:3]])
+        right = right.permute(*range(1, 2 * k_right + 1, 2), 0, *range(2, 2 * k_right + 1, 2))
+        right = right.reshape(prod(self.row_modes[split:]), rank, prod(self.col_modes[split:]))
+        return left, right
+
+    def best_split(self, num_ids: int) -> int:
+        """The cut with the fewest multiply-adds for ``num_ids`` lookups (tables + batched matmul)."""
+        sizes = [n * m for n, m in zip(self.row_modes, self.col_modes)]
+        bonds = [1, *self.physical_ranks, 1]
+
+        def cost(s: int) -> int:
+            tables = chain_cost(bonds[: s + 1], sizes[:s]) + chain_cost(bonds[s:], sizes[s:])
+            return tables + num_ids * prod(self.col_modes[:s]) * bonds[s] * prod(self.col_modes[s:])
+
+        return min(range(1, len(self.cores)), key=lambda s: (cost(s), abs(2 * s - len(self.cores))))
+
+    def _check_ids(self, ids: torch.Tensor) -> None:
+        if ids.dtype not in (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8):
+            raise TypeError(f"TTEmbedding expects integer ids, got dtype {ids.dtype}.")
+        if ids.numel() and _ids_are_checkable():
+            low, high = int(ids.min()), int(ids.max())
+            if low < 0 or high >= self.num_embeddings:
+                bad = low if low < 0 else high
+                raise IndexError(f"id {bad} is out of range for a TTEmbedding of {self.num_embeddings} rows (valid: 0..{self.num_embeddings - 1}).")
+
+    def lookup(self, ids: torch.Tensor) -> torch.Tensor:
+        """Rows for a 1-D tensor of ids, ``(len(ids), embedding_dim)``."""
+        if 0 in self.physical_ranks:
+            return self.cores[0].new_zeros(ids.numel(), self.embedding_dim)
+        split = self.best_split(ids.numel())
+        left, right = self._half_tables(split)
+        n_right = right.shape[0]
+        # F.embedding gathers with a much faster backward than advanced indexing on CPU.
+        left_rows = F.embedding(ids // n_right, left.flatten(1)).view(-1, *left.shape[1:])
+        right_rows = F.embedding(ids % n_right, right.flatten(1)).view(-1, *right.shape[1:])
+        rows = torch.bmm(left_rows, right_rows)  # (B, M_L, M_R)
+        return rows.reshape(ids.numel(), -1)[:, : self.embedding_dim]
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        self._check_ids(ids)
+        flat = ids.reshape(-1).long()
+        if self.deduplicate and _ids_are_checkable() and flat.numel() > 1:
+            unique, inverse = torch.unique(flat, return_inverse=True)
+            rows = self.lookup(unique)[inverse]
+        else:
+            rows = self.lookup(flat)
+        if self.padding_idx is not None:
+            rows = rows * (flat != self.padding_idx).unsqueeze(1).to(rows.dtype)
+        return rows.reshape(*ids.shape, self.embedding_dim)
+
+    def extra_repr(self) -> str:
+        return (
+            f"{self.num_embeddings}, {self.embedding_dim}, padding_idx={self.padding_idx}, "
+            f"rows={'·'.join(map(str, self.row_modes))}, cols={'·'.join(map(str, self.col_modes))}, "
+            f"ranks={list(self.physical_ranks)}, compression={self.compression_ratio():.1f}x"
+        )
