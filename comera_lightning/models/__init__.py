@@ -1,0 +1,26 @@
+"""LightningModules for the paper's workloads and the reusable encoder they share."""
+
+from comera_lightning.models.encoder import (
+    Embeddings,
+    Encoder,
+    EncoderConfig,
+    EncoderLayer,
+    FeedForward,
+    SelfAttention,
+    TransformerEncoderModel,
+    init_bert_weights,
+)
+from comera_lightning.models.transformer import SentencePairClassifier, paper_adamw
+
+__all__ = [
+    "Embeddings",
+    "Encoder",
+    "EncoderConfig",
+    "EncoderLayer",
+    "FeedForward",
+    "SelfAttention",
+    "SentencePairClassifier",
+    "TransformerEncoderModel",
+    "init_bert_weights",
+    "paper_adamw",
+]
