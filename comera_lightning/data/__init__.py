@@ -1,4 +1,4 @@
-"""LightningDataModules and tokenizer helpers: sentence pairs (MNLI, clothing reviews) and a code corpus."""
+"""LightningDataModules and tokenizer helpers: sentence pairs, a code corpus and click logs (TorchRec, lazy)."""
 
 from comera_lightning.data.code_corpus import CodeCorpusDataModule, MLMCollator
 from comera_lightning.data.sentence_pairs import (
@@ -30,3 +30,21 @@ __all__ = [
     "read_mnli_jsonl",
     "read_mnli_tsv",
 ]
+
+# The click-log modules need TorchRec (an optional extra): import them only when asked for.
+_CLICK_LOG_EXPORTS = {
+    "ClickBatch": "click_logs",
+    "ClickLogDataModule": "click_logs",
+    "MovieLensClicksDataModule": "movielens",
+    "CriteoDataModule": "criteo",
+    "SyntheticCriteoDataModule": "criteo",
+}
+__all__ += list(_CLICK_LOG_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name in _CLICK_LOG_EXPORTS:
+        import importlib
+
+        return getattr(importlib.import_module(f"comera_lightning.data.{_CLICK_LOG_EXPORTS[name]}"), name)
+    raise AttributeError(f"module 'comera_lightning.data' has no attribute {name!r}")

@@ -1,0 +1,235 @@
+"""Shared pieces of the click-log data modules: the batch type, KJT builders, table metadata.
+
+A click log has, per sample, a float label (click or not), a few dense features and one bag
+of categorical ids per sparse feature. A batch of them is a :class:`ClickBatch`, whose
+``sparse`` field is a TorchRec ``KeyedJaggedTensor`` (one key per feature, in
+``feature_names`` order, lengths key-major) that a TorchRec ``EmbeddingBagCollection`` or
+``torchrec.models.dlrm.DLRM`` consumes directly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import torch
+from lightning.pytorch import LightningDataModule
+from torch import Tensor
+
+try:
+    from torchrec.modules.embedding_configs import EmbeddingBagConfig
+    from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+except ImportError as err:  # pragma: no cover - depends on the environment
+    raise ImportError(
+        "comera_lightning.data click-log modules need TorchRec: "
+        "pip install 'comera_lightning[recsys]' (see the Makefile's `setup` target)."
+    ) from err
+
+__all__ = [
+    "ClickBatch",
+    "ClickCollate",
+    "ClickSample",
+    "ClickLogDataModule",
+    "DatasetNotFoundError",
+    "collate_click_samples",
+    "embedding_bag_configs",
+    "kjt_from_id_lists",
+    "kjt_from_id_matrix",
+    "positive_rate",
+]
+
+
+class DatasetNotFoundError(FileNotFoundError, ValueError):
+    """A data file or folder is missing; the message says where it was looked for and how to fix it."""
+
+
+@dataclass
+class ClickBatch:
+    """One batch of click-log samples: dense features, a KJT of sparse ids, float labels.
+
+    ``dense`` is ``[B, num_dense]`` float32, ``sparse`` a ``KeyedJaggedTensor`` with one key per
+    sparse feature and stride ``B``, ``labels`` is ``[B]`` float32 (1.0 = click).
+    Lightning moves it to the device through :meth:`to`; Lightning cannot infer the batch
+    size from the KJT, so log with ``self.log(..., batch_size=batch.batch_size)``.
+    """
+
+    dense: Tensor
+    sparse: KeyedJaggedTensor
+    labels: Tensor
+
+    @property
+    def batch_size(self) -> int:
+        """Number of samples in the batch."""
+        return int(self.labels.shape[0])
+
+    def __len__(self) -> int:
+        """Number of samples in the batch."""
+        return self.batch_size
+
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> ClickBatch:
+        """Return a copy with every tensor (and the KJT) on ``device``."""
+        device = torch.device(device)
+        return ClickBatch(
+            dense=self.dense.to(device=device, non_blocking=non_blocking),
+            sparse=self.sparse.to(device=device, non_blocking=non_blocking),
+            labels=self.labels.to(device=device, non_blocking=non_blocking),
+        )
+
+    def pin_memory(self) -> ClickBatch:
+        """Return a copy in pinned host memory (used by ``DataLoader(pin_memory=True)``)."""
+        return ClickBatch(
+            dense=self.dense.pin_memory(),
+            sparse=self.sparse.pin_memory(),
+            labels=self.labels.pin_memory(),
+        )
+
+    def record_stream(self, stream: torch.Stream) -> None:
+        """Mark every tensor as used on ``stream`` (for pipelined host-to-device copies)."""
+        self.dense.record_stream(stream)
+        self.sparse.record_stream(stream)
+        self.labels.record_stream(stream)
+
+
+class ClickSample(NamedTuple):
+    """One click-log sample: dense values, one id list per sparse feature, and the label."""
+
+    dense: Sequence[float] | Tensor
+    sparse: Sequence[Sequence[int]]
+    label: float
+
+
+def kjt_from_id_lists(
+    feature_names: Sequence[str], ids: Sequence[Sequence[Sequence[int]]]
+) -> KeyedJaggedTensor:
+    """Build a KJT from ``ids[f][b]`` = the (possibly empty) id list of feature ``f``, sample ``b``."""
+    if len(ids) != len(feature_names):
+        raise ValueError(
+            f"got id lists for {len(ids)} features but {len(feature_names)} feature names "
+            f"{list(feature_names)}; pass one list of per-sample bags per feature."
+        )
+    batch = len(ids[0]) if ids else 0
+    lengths: list[int] = []
+    values: list[int] = []
+    for name, bags in zip(feature_names, ids):
+        if len(bags) != batch:
+            raise ValueError(
+                f"feature {name!r} has {len(bags)} bags but the batch has {batch} samples; "
+                "every feature needs one bag (possibly empty) per sample."
+            )
+        for bag in bags:
+            lengths.append(len(bag))
+            values.extend(bag)
+    return KeyedJaggedTensor.from_lengths_sync(
+        keys=list(feature_names),
+        values=torch.tensor(values, dtype=torch.int64),
+        lengths=torch.tensor(lengths, dtype=torch.int32),
+        stride=batch,
+    )
+
+
+def kjt_from_id_matrix(feature_names: Sequence[str], ids: Tensor) -> KeyedJaggedTensor:
+    """Build a KJT with exactly one id per (sample, feature) from an integer ``[B, F]`` matrix."""
+    if ids.dim() != 2 or ids.shape[1] != len(feature_names):
+        raise ValueError(
+            f"expected an id matrix of shape [batch, {len(feature_names)}], got {tuple(ids.shape)}."
+        )
+    batch = ids.shape[0]
+    return KeyedJaggedTensor.from_lengths_sync(
+        keys=list(feature_names),
+        values=ids.t().reshape(-1).to(torch.int64),
+        lengths=torch.ones(ids.numel(), dtype=torch.int32),
+        stride=batch,
+    )
+
+
+def collate_click_samples(samples: Sequence[ClickSample], feature_names: Sequence[str]) -> ClickBatch:
+    """Collate :class:`ClickSample` s into a :class:`ClickBatch` (multi-id and empty bags allowed)."""
+    if not samples:
+        raise ValueError("cannot collate an empty list of click samples.")
+    num_features = len(feature_names)
+    for index, sample in enumerate(samples):
+        if len(sample.sparse) != num_features:
+            raise ValueError(
+                f"sample {index} has {len(sample.sparse)} sparse bags, expected {num_features} "
+                f"(one per feature in {list(feature_names)})."
+            )
+    per_feature = [[sample.sparse[f] for sample in samples] for f in range(num_features)]
+    dense = torch.stack([torch.as_tensor(s.dense, dtype=torch.float32) for s in samples])
+    labels = torch.tensor([float(s.label) for s in samples], dtype=torch.float32)
+    return ClickBatch(dense=dense, sparse=kjt_from_id_lists(feature_names, per_feature), labels=labels)
+
+
+class ClickCollate:
+    """Picklable collate function (works in DataLoader workers) bound to ``feature_names``."""
+
+    def __init__(self, feature_names: Sequence[str]) -> None:
+        self.feature_names = list(feature_names)
+
+    def __call__(self, samples: Sequence[ClickSample]) -> ClickBatch:
+        """Collate a list of samples into a :class:`ClickBatch`."""
+        return collate_click_samples(samples, self.feature_names)
+
+
+def embedding_bag_configs(
+    feature_names: Sequence[str], table_sizes: Sequence[int], embedding_dim: int
+) -> list[EmbeddingBagConfig]:
+    """One TorchRec ``EmbeddingBagConfig`` per feature (table ``t_<feature>``, sum pooling)."""
+    if len(feature_names) != len(table_sizes):
+        raise ValueError(
+            f"{len(feature_names)} feature names but {len(table_sizes)} table sizes; "
+            "give one table size per sparse feature."
+        )
+    if embedding_dim <= 0:
+        raise ValueError(f"embedding_dim must be positive, got {embedding_dim}.")
+    return [
+        EmbeddingBagConfig(
+            name=f"t_{name}",
+            embedding_dim=embedding_dim,
+            num_embeddings=int(size),
+            feature_names=[name],
+        )
+        for name, size in zip(feature_names, table_sizes)
+    ]
+
+
+def positive_rate(labels: Tensor) -> float:
+    """Fraction of positive labels (0.0 for an empty tensor)."""
+    return float(labels.float().mean()) if labels.numel() else 0.0
+
+
+class ClickLogDataModule(LightningDataModule):
+    """Base of the click-log data modules: the metadata a DLRM needs to build its tables.
+
+    Subclasses provide ``feature_names`` (KJT keys, in order), ``table_sizes`` (rows per
+    table, ids are in ``[0, size)``) and ``num_dense``. With LightningCLI, link them into the
+    model with ``parser.link_arguments("data.table_sizes", "model.table_sizes",
+    apply_on="instantiate")``; they are available right after construction.
+    """
+
+    @property
+    def feature_names(self) -> list[str]:
+        """Names of the sparse features, in KJT key order."""
+        raise NotImplementedError
+
+    @property
+    def table_sizes(self) -> list[int]:
+        """Number of embedding rows per sparse feature, aligned with ``feature_names``."""
+        raise NotImplementedError
+
+    @property
+    def num_dense(self) -> int:
+        """Number of dense features per sample."""
+        raise NotImplementedError
+
+    def embedding_bag_configs(self, embedding_dim: int) -> list[EmbeddingBagConfig]:
+        """TorchRec ``EmbeddingBagConfig`` s for this data, one table per sparse feature."""
+        return embedding_bag_configs(self.feature_names, self.table_sizes, embedding_dim)
+
+    def metadata(self) -> dict[str, Any]:
+        """Feature names, table sizes and dense width as a plain dict (for logging/configs)."""
+        return {
+            "feature_names": self.feature_names,
+            "table_sizes": self.table_sizes,
+            "num_dense": self.num_dense,
+        }
