@@ -10,7 +10,7 @@ never comes back. ``prune_`` slices dead indices out physically, so compute and 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -21,11 +21,22 @@ __all__ = ["TTModule", "PruneRecord"]
 
 @dataclass(frozen=True)
 class PruneRecord:
-    """A parameter that ``prune_`` sliced: ``index`` kept along ``dim`` (for optimizer state)."""
+    """``prune_`` replaced ``old`` by ``param``, keeping ``index`` along ``dim`` (for optimizer state)."""
 
+    old: nn.Parameter
     param: nn.Parameter
     dim: int
     index: torch.Tensor
+
+
+def _fresh_parameter(value: torch.Tensor, like: nn.Parameter) -> nn.Parameter:
+    """A new Parameter (new autograd identity) holding ``value``.
+
+    Resizing through ``param.data = ...`` would keep autograd's cached gradient accumulator,
+    which remembers the old shape: any graph still alive from before (reference cycles
+    collected later) then breaks the next backward. A new object avoids that for good.
+    """
+    return nn.Parameter(value.detach().clone(), requires_grad=like.requires_grad)
 
 
 class TTModule(nn.Module):
@@ -75,11 +86,12 @@ class TTModule(nn.Module):
         """Replace the cores (e.g. from TT-SVD), resizing ranks; all gates reset to 1 and alive."""
         if len(cores) != len(self.cores):
             raise ValueError(f"expected {len(self.cores)} cores, got {len(cores)}")
-        for param, value in zip(self.cores, cores):
-            param.data = value.detach().to(param.dtype).to(param.device).reshape(value.shape[0], *param.shape[1:-1], value.shape[-1]).clone()
-        for k, gate in enumerate(self.gates):
+        for k, (param, value) in enumerate(zip(list(self.cores), cores)):
+            value = value.to(param.dtype).to(param.device).reshape(value.shape[0], *param.shape[1:-1], value.shape[-1])
+            self.cores[k] = _fresh_parameter(value, param)
+        for k, gate in enumerate(list(self.gates)):
             rank = self.cores[k].shape[-1]
-            gate.data = torch.ones(rank, dtype=gate.dtype, device=gate.device)
+            self.gates[k] = _fresh_parameter(torch.ones(rank, dtype=gate.dtype, device=gate.device), gate)
             setattr(self, f"alive_{k}", torch.ones(rank, dtype=torch.bool, device=gate.device))
 
     # ------------------------------------------------------------------ gates and ranks
@@ -140,33 +152,40 @@ class TTModule(nn.Module):
 
     # ------------------------------------------------------------------ physical pruning
     @torch.no_grad()
-    def prune_(self) -> list[PruneRecord]:
-        """Slice dead rank indices out of cores, gates and alive masks; return what was sliced."""
+    def prune_(self, on_slice: Callable[[PruneRecord], None] | None = None) -> list[PruneRecord]:
+        """Slice dead rank indices out of cores, gates and alive masks; return what was sliced.
+
+        Each sliced parameter is replaced by a new ``nn.Parameter`` (gradient sliced along).
+        ``on_slice`` runs right after each single slice, so state kept elsewhere (optimizer
+        param groups and moments) can follow one dim at a time, even when a core loses indices
+        on both sides.
+        """
         records: list[PruneRecord] = []
         for k, mask in enumerate(self.gate_masks()):
             if bool(mask.all()):
                 continue
             keep = mask.nonzero().flatten()
-            left, right, gate = self.cores[k], self.cores[k + 1], self.gates[k]
-            left.data = left.data.index_select(left.dim() - 1, keep)
-            right.data = right.data.index_select(0, keep)
-            gate.data = gate.data.index_select(0, keep)
             setattr(self, f"alive_{k}", getattr(self, f"alive_{k}").index_select(0, keep))
-            records += [PruneRecord(left, left.dim() - 1, keep), PruneRecord(right, 0, keep), PruneRecord(gate, 0, keep)]
+            for params, idx, dim in ((self.cores, k, self.cores[k].dim() - 1), (self.cores, k + 1, 0), (self.gates, k, 0)):
+                old = params[idx]
+                new = _fresh_parameter(old.index_select(dim, keep), old)
+                if old.grad is not None:
+                    new.grad = old.grad.index_select(dim, keep)
+                params[idx] = new
+                records.append(PruneRecord(old, new, dim, keep))
+                if on_slice is not None:
+                    on_slice(records[-1])
         return records
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs):
         """Resize cores, gates and masks to the ranks stored in the checkpoint, then load."""
-        for k in range(len(self.cores)):
-            self._resize_to(self.cores[k], state_dict.get(f"{prefix}cores.{k}"))
+        for params, name in ((self.cores, "cores"), (self.gates, "gates")):
+            for k, param in enumerate(list(params)):
+                stored = state_dict.get(f"{prefix}{name}.{k}")
+                if stored is not None and stored.dim() == param.dim() and stored.shape != param.shape:
+                    params[k] = _fresh_parameter(torch.empty(stored.shape, dtype=param.dtype, device=param.device), param)
         for k in range(len(self.gates)):
-            self._resize_to(self.gates[k], state_dict.get(f"{prefix}gates.{k}"))
             stored = state_dict.get(f"{prefix}alive_{k}")
             if stored is not None and stored.shape != getattr(self, f"alive_{k}").shape:
                 setattr(self, f"alive_{k}", torch.ones_like(stored, dtype=torch.bool, device=self.gates[k].device))
         super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs)
-
-    @staticmethod
-    def _resize_to(param: nn.Parameter, stored: torch.Tensor | None) -> None:
-        if stored is not None and stored.dim() == param.dim() and stored.shape != param.shape:
-            param.data = torch.empty(stored.shape, dtype=param.dtype, device=param.device)

@@ -1,0 +1,161 @@
+"""Rank gates in bulk: the size surrogate, the exact size, compression counts, physical pruning.
+
+METHOD.md §2. Everything here works on any ``nn.Module`` holding TT layers and on plain torch
+optimizers; nothing knows about Lightning or the callback.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from .layers import PruneRecord, TTModule
+from .optim.state import slice_optimizer_state_
+
+__all__ = [
+    "tt_layers",
+    "gate_weights",
+    "size_surrogate",
+    "surrogate_normalizer",
+    "active_size",
+    "CompressionStats",
+    "compression_stats",
+    "prune_",
+    "PruneSummary",
+]
+
+SURROGATES = ("mean", "size")
+
+
+def tt_layers(module: nn.Module) -> list[tuple[str, TTModule]]:
+    """Every TT layer inside ``module`` with its qualified name (each module once)."""
+    return [(name, m) for name, m in module.named_modules() if isinstance(m, TTModule)]
+
+
+def gate_weights(layer: TTModule) -> list[int]:
+    """Per-bond weight for the size-weighted ℓ1: core parameters one index of that bond controls.
+
+    Index ``j`` of bond ``k`` owns slice ``j`` of the left core's last axis and of the right
+    core's first axis: ``numel(G_k)/r_k + numel(G_{k+1})/r_k`` parameters (a plain int, no sync).
+    """
+    weights = []
+    for k in range(len(layer.gates)):
+        left, right = layer.cores[k].shape, layer.cores[k + 1].shape
+        weights.append(math.prod(left[:-1]) + math.prod(right[1:]))
+    return weights
+
+
+def surrogate_normalizer(layers: Sequence[TTModule], kind: str = "mean") -> float:
+    """The denominator of ``size_surrogate`` for the layers as they are now (gate count or total weight)."""
+    if kind not in SURROGATES:
+        raise ValueError(f"size surrogate {kind!r} is unknown; choose one of {SURROGATES}.")
+    if kind == "mean":
+        return float(sum(g.numel() for layer in layers for g in layer.gates))
+    return float(sum(w * g.numel() for layer in layers for w, g in zip(gate_weights(layer), layer.gates)))
+
+
+def size_surrogate(layers: Sequence[TTModule], kind: str = "mean", normalizer: float | None = None) -> torch.Tensor:
+    """Differentiable ℓ1 relaxation ``R`` of the model size (METHOD §2), with no host sync.
+
+    ``"mean"``: the reference's mean of the masked gate values over all tensorized layers
+    (dead gates count as 0). ``"size"``: each gate weighted by the core parameters it controls.
+    ``normalizer`` fixes the denominator (pass the value at the start of training so pruning
+    does not make ``R`` jump); by default it is ``surrogate_normalizer`` of the layers now.
+    """
+    if not layers:
+        raise ValueError("size_surrogate needs at least one TT layer; run tensorize() first.")
+    denominator = normalizer if normalizer is not None else surrogate_normalizer(layers, kind)
+    terms = []
+    for layer in layers:
+        weights = gate_weights(layer) if kind == "size" else [1] * len(layer.gates)
+        for gate, mask, weight in zip(layer.gates, layer.gate_masks(), weights):
+            terms.append((gate * mask).float().sum() * weight)
+    return torch.stack(terms).sum() / max(denominator, 1.0)
+
+
+def active_size(layers: Sequence[TTModule]) -> torch.Tensor:
+    """Exact parameter count of all cores at their active ranks (ℓ0 of the gates), on device."""
+    return torch.stack([layer.active_size() for layer in layers]).sum()
+
+
+@dataclass(frozen=True)
+class CompressionStats:
+    """Parameter counts of a model with TT layers and the dense model it stands for."""
+
+    model_parameters: int
+    dense_model_parameters: int
+    tt_parameters: int
+    dense_tt_parameters: int
+
+    @property
+    def model_compression(self) -> float:
+        """Whole model: dense parameters over parameters held now."""
+        return self.dense_model_parameters / max(1, self.model_parameters)
+
+    @property
+    def tt_compression(self) -> float:
+        """Tensorized layers: dense parameters over parameters held now."""
+        return self.dense_tt_parameters / max(1, self.tt_parameters)
+
+
+def compression_stats(module: nn.Module) -> CompressionStats:
+    """Count parameters now and as they would be with every TT layer dense (no device sync)."""
+    layers = [m for _, m in tt_layers(module)]
+    total = sum(p.numel() for p in module.parameters())
+    tt = sum(m.num_parameters() for m in layers)
+    dense_tt = sum(m.dense_parameters() for m in layers)
+    return CompressionStats(total, total - tt + dense_tt, tt, dense_tt)
+
+
+@dataclass(frozen=True)
+class PruneSummary:
+    """What one ``prune_`` call removed."""
+
+    parameters_before: int
+    parameters_after: int
+    ranks: dict[str, tuple[int, ...]]
+
+    @property
+    def removed(self) -> int:
+        """Parameters removed from the model."""
+        return self.parameters_before - self.parameters_after
+
+
+@torch.no_grad()
+def prune_(module: nn.Module, optimizers: Iterable[torch.optim.Optimizer] = ()) -> PruneSummary:
+    """Slice dead rank indices out of every TT layer, and the optimizers' state with them.
+
+    Sliced parameters are new ``nn.Parameter`` objects: each optimizer that held the old one
+    holds the new one in the same place of its param groups, with its state sliced the same
+    way (LR schedulers keep working). Anything else that kept references to the old
+    parameters (an EMA copy, a DDP wrapper) must be rebuilt; the callback re-wraps DDP.
+    """
+    optimizers = list(optimizers)
+    before = sum(p.numel() for p in module.parameters())
+    ranks = {}
+
+    def follow(record: PruneRecord) -> None:
+        for optimizer in optimizers:
+            if _swap_parameter(optimizer, record.old, record.param):
+                slice_optimizer_state_(optimizer, record.param, record.dim, record.index)
+
+    for name, layer in tt_layers(module):
+        layer.prune_(on_slice=follow)
+        ranks[name] = layer.physical_ranks
+    return PruneSummary(before, sum(p.numel() for p in module.parameters()), ranks)
+
+
+def _swap_parameter(optimizer: torch.optim.Optimizer, old: nn.Parameter, new: nn.Parameter) -> bool:
+    """Put ``new`` where ``old`` was in ``optimizer`` (param group and state); False if absent."""
+    for group in optimizer.param_groups:
+        for i, p in enumerate(group["params"]):
+            if p is old:
+                group["params"][i] = new
+                if old in optimizer.state:
+                    optimizer.state[new] = optimizer.state.pop(old)
+                return True
+    return False

@@ -1,0 +1,227 @@
+import csv
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import lightning as L
+import pytest
+import torch
+from lightning.pytorch.callbacks import EarlyStopping, LearningRateMonitor, ModelCheckpoint
+from lightning.pytorch.loggers import CSVLogger
+from plain_modules import PlainClassifier, loaders
+
+from comera_lightning import ComeraCallback, TTLinear
+from comera_lightning.rank import active_size, tt_layers
+
+TESTS = Path(__file__).parent
+
+
+def trainer(tmp_path, callbacks, **kwargs):
+    kwargs.setdefault("max_epochs", 4)
+    return L.Trainer(
+        accelerator="cpu", devices=1, callbacks=callbacks, default_root_dir=tmp_path,
+        logger=kwargs.pop("logger", False), enable_progress_bar=False, enable_model_summary=False,
+        log_every_n_steps=4, **kwargs,
+    )
+
+
+def callback(**kwargs):
+    kwargs.setdefault("max_rank", 8)
+    kwargs.setdefault("early_epochs", 2)
+    kwargs.setdefault("rank_weight", 0.5)
+    kwargs.setdefault("target_ratio", 0.3)
+    return ComeraCallback(**kwargs)
+
+
+def physical_size(model):
+    return sum(p.numel() for p in model.parameters())
+
+
+@pytest.mark.parametrize("optimizer", ["adamw", "sgd", "came"])
+def test_plain_module_is_tensorized_and_pruned_physically(tmp_path, optimizer):
+    L.seed_everything(0)
+    model, cb = PlainClassifier(optimizer=optimizer), callback()
+    dense = physical_size(model)
+    logger = CSVLogger(tmp_path, name="run")
+    trainer(tmp_path, [cb], logger=logger).fit(model, *loaders())
+    assert isinstance(model.encoder[0], TTLinear) and isinstance(model.encoder[2], TTLinear)
+    assert isinstance(model.head, torch.nn.Linear), "the output head stays dense"
+    assert cb.stage == "late" and cb.prune_events >= 2
+    full = TTLinear(64, 128, max_rank=8).physical_ranks
+    assert sum(model.encoder[0].physical_ranks) < sum(full), "ranks must shrink physically"
+    assert physical_size(model) < dense / 3
+    rows = list(csv.DictReader(open(Path(logger.log_dir) / "metrics.csv")))
+    ratios = [float(r["comera/compression_model"]) for r in rows if r.get("comera/compression_model")]
+    assert ratios and ratios[-1] > ratios[0], "compression curve must rise as ranks fall"
+    assert any(r.get("comera/rank/encoder.0/1") for r in rows) and any(r.get("comera/lam") for r in rows)
+
+
+def test_pruned_checkpoint_loads_into_fresh_models_with_identical_outputs(tmp_path):
+    L.seed_everything(0)
+    model, cb = PlainClassifier(), callback()
+    ckpt = ModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True)
+    t = trainer(tmp_path, [cb, ckpt])
+    t.fit(model, *loaders())
+    path = tmp_path / "ckpt" / "last.ckpt"
+    x = torch.randn(8, 64)
+    model.eval()
+    expected = model(x)
+
+    loaded = PlainClassifier.load_from_checkpoint(path)
+    loaded.eval()
+    assert loaded.encoder[0].physical_ranks == model.encoder[0].physical_ranks
+    torch.testing.assert_close(loaded(x), expected)
+
+    fresh = PlainClassifier()
+    result = trainer(tmp_path, [callback()]).validate(fresh, loaders()[1], ckpt_path=path, verbose=False)
+    assert result and fresh.encoder[0].physical_ranks == model.encoder[0].physical_ranks
+    fresh.eval()
+    torch.testing.assert_close(fresh(x), expected)
+
+
+def test_decorated_class_loads_in_a_new_process(tmp_path):
+    L.seed_everything(0)
+    model = PlainClassifier()
+    t = trainer(tmp_path, [callback(), ModelCheckpoint(dirpath=tmp_path, save_last=True)], max_epochs=3)
+    t.fit(model, *loaders())
+    model.eval()
+    torch.save(model(torch.ones(2, 64)).detach(), tmp_path / "expected.pt")
+    code = (
+        "import torch, comera_lightning as c; from plain_modules import PlainClassifier as M;"
+        "c.tensorized_checkpoints(M); m = M.load_from_checkpoint(r'%s').eval();"
+        "torch.testing.assert_close(m(torch.ones(2, 64)), torch.load(r'%s')); print('same')"
+    ) % (tmp_path / "last.ckpt", tmp_path / "expected.pt")
+    env = {**os.environ, "PYTHONPATH": str(TESTS)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0 and "same" in out.stdout, out.stderr[-2000:]
+
+
+def _run(tmp_path, max_epochs, ckpt_path=None, save=False):
+    L.seed_everything(0)
+    model, cb = PlainClassifier(), callback(early_epochs=2, late_epochs=2)
+    callbacks = [cb] + ([ModelCheckpoint(dirpath=tmp_path / "resume", save_top_k=-1, every_n_epochs=1)] if save else [])
+    trainer(tmp_path, callbacks, max_epochs=max_epochs, deterministic=True).fit(model, *loaders(), ckpt_path=ckpt_path)
+    return model, cb
+
+
+@pytest.mark.parametrize("resume_epoch", [1, 3])  # mid early stage, mid late stage
+def test_resume_mid_stage_matches_uninterrupted_run(tmp_path, resume_epoch):
+    straight, cb_straight = _run(tmp_path, max_epochs=5, save=True)
+    ckpt = tmp_path / "resume" / f"epoch={resume_epoch - 1}-step={resume_epoch * 16}.ckpt"
+    assert ckpt.exists(), sorted(os.listdir(tmp_path / "resume"))
+    resumed, cb_resumed = _run(tmp_path, max_epochs=5, ckpt_path=ckpt)
+    assert cb_resumed.state_dict() == cb_straight.state_dict()
+    for (name, a), b in zip(straight.state_dict().items(), resumed.state_dict().values()):
+        assert torch.equal(a, b), name
+
+
+def test_composes_with_standard_callbacks_and_repeated_fit_validate_test(tmp_path):
+    L.seed_everything(0)
+    model, cb = PlainClassifier(), callback()
+    callbacks = [
+        cb, ModelCheckpoint(dirpath=tmp_path, monitor="val/loss"), EarlyStopping(monitor="val/loss", patience=5),
+        LearningRateMonitor(logging_interval="step"),
+    ]
+    t = trainer(tmp_path, callbacks, logger=CSVLogger(tmp_path), max_epochs=3)
+    t.fit(model, *loaders())
+    layers = [id(m) for _, m in tt_layers(model)]
+    t.validate(model, loaders()[1], verbose=False)
+    t.test(model, loaders()[1], verbose=False)
+    t.fit_loop.max_epochs = 4
+    t.fit(model, *loaders())
+    assert [id(m) for _, m in tt_layers(model)] == layers, "no double swap"
+    assert "training_step" not in model.__dict__, "the module gets its own training_step back"
+
+
+@pytest.mark.parametrize("precision", ["bf16-mixed", "16-mixed"])
+def test_accumulation_clipping_and_mixed_precision(tmp_path, precision):
+    L.seed_everything(0)
+    model, cb = PlainClassifier(), callback()
+    t = trainer(tmp_path, [cb], precision=precision, accumulate_grad_batches=2, gradient_clip_val=1.0, max_epochs=3)
+    t.fit(model, *loaders())
+    assert cb.stage == "late" and t.global_step == 3 * 8
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+
+
+def test_objective_formulas():
+    model = PlainClassifier()
+    cb = callback(rank_weight=0.25)
+    cb.setup(SimpleNamespace(strategy=object(), max_epochs=4), model, "validate")
+    layers = cb._layers
+    loss = torch.tensor(2.0)
+    gates = torch.cat([g for layer in layers for g in layer.gates])
+    r = gates.sum() / gates.numel()
+    torch.testing.assert_close(cb.objective(loss), loss + 0.25 * r)
+    cb.stage, cb.loss_target_value = "late", 1.0
+    size = float(active_size(layers))
+    cb.size_target = 0.5 * size  # (L-L0)/L = 0.5 vs (S-S0)/S = 0.5: not <, so λ = 0 → focus on the loss
+    torch.testing.assert_close(cb.objective(loss), 0.1 * loss + 0.01 * r + loss)
+    cb.size_target = 0.1 * size  # 0.5 < 0.9: λ = 1 → focus on the size
+    torch.testing.assert_close(cb.objective(loss), 0.1 * loss + 0.01 * r + r)
+    cb.stage = "final"
+    torch.testing.assert_close(cb.objective(loss), loss)
+
+
+def test_nan_loss_stops_with_the_step_and_keeps_checkpoints_clean(tmp_path):
+    L.seed_everything(0)
+    model = PlainClassifier(nan_at_step=5)
+    ckpt = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=1, save_last=True)
+    with pytest.raises(FloatingPointError, match="nan at global step 5"):
+        trainer(tmp_path, [callback(), ckpt]).fit(model, *loaders())
+    saved = torch.load(tmp_path / "last.ckpt", weights_only=True)
+    assert saved["global_step"] == 5
+    assert all(torch.isfinite(v).all() for v in saved["state_dict"].values() if v.is_floating_point())
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        (dict(early_epochs=2, early_steps=10), "early_epochs=2 and early_steps=10 conflict"),
+        (dict(late_epochs=1, late_steps=5), "late_epochs=1 and late_steps=5 conflict"),
+        (dict(prune_every_n_epochs=1, prune_every_n_steps=5), "conflict"),
+        (dict(target_ratio=0.0), r"target_ratio must be a number in \(0.0, 1.0\], got 0.0"),
+        (dict(target_ratio=1.5), "target_ratio"),
+        (dict(rank_weight=-1), "rank_weight"),
+        (dict(max_rank=0), "max_rank must be an integer >= 1"),
+        (dict(early_epochs=-1), "early_epochs must be an integer >= 0"),
+        (dict(size_surrogate="l0"), "size_surrogate='l0'"),
+        (dict(init="xavier"), "init='xavier'"),
+        (dict(layer_config={"encoder.0": {"rnak": 2}}), "unknown keys"),
+    ],
+)
+def test_bad_arguments_fail_in_init(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        ComeraCallback(**kwargs)
+
+
+def test_no_matching_module_fails_at_setup_naming_the_rule(tmp_path):
+    with pytest.raises(ValueError, match=r"target_modules entries \['attention'\] match no module"):
+        trainer(tmp_path, [callback(target_modules=["attention"])]).fit(PlainClassifier(), *loaders())
+
+
+def test_unsupported_strategy_and_manual_optimization_are_refused():
+    from lightning.pytorch.strategies import FSDPStrategy
+
+    fake = SimpleNamespace(strategy=FSDPStrategy(), max_epochs=2)
+    with pytest.raises(ValueError, match="does not support FSDPStrategy yet"):
+        callback().setup(fake, PlainClassifier(), "fit")
+    manual = PlainClassifier()
+    manual.automatic_optimization = False
+    with pytest.raises(ValueError, match="manual optimization.*allow_manual_optimization=True"):
+        callback().setup(SimpleNamespace(strategy=object(), max_epochs=2), manual, "fit")
+
+
+def test_two_process_ddp_prunes_identically_on_every_rank(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(TESTS), "WANDB_MODE": "disabled"}
+    out = subprocess.run(
+        [sys.executable, str(TESTS / "ddp_prune_script.py"), str(tmp_path)],
+        capture_output=True, text=True, env=env, timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in (0, 1)]
+    assert ranks[0]["ranks"] == ranks[1]["ranks"] and ranks[0]["prunes"] >= 2
+    assert sum(sum(v) for v in ranks[0]["ranks"].values()) < ranks[0]["full"]
+    for key in ranks[0]["state"]:
+        torch.testing.assert_close(ranks[0]["state"][key], ranks[1]["state"][key])
