@@ -65,7 +65,7 @@ def plot_compression(metrics_csv: str | Path, out: str | Path | None = None, tit
     top.set_yscale("log")
     top.set_ylabel("compression ratio (dense / TT params)")
     top.grid(True, which="both", alpha=0.3)
-    top.legend(loc="upper left")
+    top.legend(loc="center left")
     if "comera/stage" in series:
         _shade_stages(top, series["comera/stage"])
     loss_keys = [k for k in series if "loss" in k and not k.startswith("comera/")]
