@@ -9,12 +9,14 @@ Rules (``target_modules`` / ``exclude_modules`` / ``layer_config`` keys):
 
 By default every ``nn.Linear`` and ``nn.Embedding`` is a candidate, except output heads
 (the model's last ``nn.Linear`` or one named like ``classifier``/``lm_head``), layers whose
-weight is tied to another module, frozen layers and layers too small to gain.
+weight is tied to another module, frozen layers and layers too small to gain. When torchrec
+is in use, every ``EmbeddingBagCollection`` is a candidate too (→ ``TTEmbeddingBagCollection``).
 """
 
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Union
@@ -32,6 +34,7 @@ HEAD_NAMES = frozenset({"classifier", "lm_head", "head", "output_layer", "score"
 INIT_CHOICES = ("random", "paper", "svd")
 _LINEAR_KEYS = {"max_rank", "num_cores", "in_modes", "out_modes", "init", "gate_threshold"}
 _EMBEDDING_KEYS = {"max_rank", "num_cores", "row_modes", "col_modes", "init", "gate_threshold", "deduplicate"}
+_EBC_KEYS = {"max_rank", "num_cores", "init", "gate_threshold", "deduplicate", "min_rows"}
 
 
 @dataclass(frozen=True)
@@ -147,7 +150,7 @@ def _config_for(name: str, layer_config: Mapping[str, Mapping[str, Any]]) -> dic
 
 
 def _validate_layer_config(layer_config: Mapping[str, Mapping[str, Any]]) -> None:
-    allowed = _LINEAR_KEYS | _EMBEDDING_KEYS
+    allowed = _LINEAR_KEYS | _EMBEDDING_KEYS | _EBC_KEYS
     for key, overrides in layer_config.items():
         if not isinstance(overrides, Mapping):
             raise TypeError(f"layer_config[{key!r}] must be a mapping of overrides, got {overrides!r}.")
@@ -183,8 +186,32 @@ def _build_embedding(module: nn.Embedding, cfg: dict[str, Any]) -> TTEmbedding:
     )
 
 
+def _torchrec_types() -> tuple[type, ...]:
+    """``(EmbeddingBagCollection, TTEmbeddingBagCollection)`` once torchrec is imported, else ``()``.
+
+    A model holding either has imported torchrec already, so this never pays torchrec's slow import.
+    """
+    if sys.modules.get("torchrec") is None:
+        return ()
+    try:
+        from torchrec.modules.embedding_modules import EmbeddingBagCollection
+    except ImportError:
+        return ()
+    from .layers.tt_embedding_bag import TTEmbeddingBagCollection
+
+    return EmbeddingBagCollection, TTEmbeddingBagCollection
+
+
+def _build_ebc(module: nn.Module, cfg: dict[str, Any]) -> nn.Module:
+    from .layers.tt_embedding_bag import TTEmbeddingBagCollection
+
+    return TTEmbeddingBagCollection.from_ebc(module, **cfg)
+
+
 def _why_not(module: nn.Module, name: str, tied: dict[int, list[str]]) -> str | None:
     weight = getattr(module, "weight", None)
+    if weight is None and not any(p.requires_grad for p in module.parameters()):
+        return "frozen (no parameter requires grad)"
     if weight is not None and len(tied.get(id(weight), [])) > 1:
         others = [n for n in tied[id(weight)] if n != name]
         return f"weight is tied to {others}; untie it or exclude this module"
@@ -243,17 +270,22 @@ def tensorize(
             tied.setdefault(id(weight), []).append(name)
     linears = [n for n, m in model.named_modules() if isinstance(m, nn.Linear)]
     last_linear = linears[-1] if len(linears) > 1 else None
+    torchrec_types = _torchrec_types()
+    candidates = (nn.Linear, nn.Embedding, *torchrec_types[:1])
+    inside_collection: list[str] = []  # a TTEmbeddingBagCollection's tables are its own business
 
     report = TensorizeReport(model_parameters_before=_count_parameters(model))
     swaps: list[tuple[nn.Module, nn.Module, SwapRecord]] = []
     for name, module in model.named_modules():
-        if not name:
+        if not name or any(name.startswith(prefix) for prefix in inside_collection):
             continue
-        if isinstance(module, TTModule):
+        if isinstance(module, (TTModule, *torchrec_types[1:])):
+            if not isinstance(module, TTModule):
+                inside_collection.append(name + ".")
             if not explicit_targets or targets.matches(name):
                 report.already_tensorized.append(name)
             continue
-        if not isinstance(module, (nn.Linear, nn.Embedding)):
+        if not isinstance(module, candidates):
             continue
         if explicit_targets and not targets.matches(name):
             continue
@@ -282,7 +314,7 @@ def tensorize(
     if not swaps and not report.already_tensorized:
         raise ValueError(
             f"tensorize found nothing to swap in {type(model).__name__} with target_modules={target_modules!r}, "
-            f"exclude_modules={exclude_modules!r}; skipped: {report.skipped or 'no nn.Linear/nn.Embedding found'}."
+            f"exclude_modules={exclude_modules!r}; skipped: {report.skipped or 'no nn.Linear/nn.Embedding/EmbeddingBagCollection found'}."
         )
     for old, new, record in swaps:
         new.train(old.training)
@@ -297,9 +329,12 @@ def to_dense(model: nn.Module) -> list[str]:
     names_of: dict[int, list[str]] = {}
     for name, module in model.named_modules(remove_duplicate=False):
         names_of.setdefault(id(module), []).append(name)
-    converted = []
+    converted: list[str] = []
+    tt_types = (TTModule, *_torchrec_types()[1:])
     for name, module in list(model.named_modules()):
-        if isinstance(module, TTModule):
+        if any(name.startswith(done + ".") for done in converted):
+            continue  # already exported with its parent collection
+        if isinstance(module, tt_types):
             dense = module.to_dense_module()
             dense.train(module.training)
             _replace_everywhere(model, names_of[id(module)], dense)
@@ -308,7 +343,7 @@ def to_dense(model: nn.Module) -> list[str]:
 
 
 # ---------------------------------------------------------------------- helpers
-def _build(module, name, layer_config, max_rank, embedding_max_rank, num_cores, embedding_num_cores, init, gate_threshold) -> TTModule:
+def _build(module, name, layer_config, max_rank, embedding_max_rank, num_cores, embedding_num_cores, init, gate_threshold) -> nn.Module:
     overrides = _config_for(name, layer_config)
     if isinstance(module, nn.Linear):
         cfg = {"max_rank": max_rank, "num_cores": num_cores, "init": init, "gate_threshold": gate_threshold}
@@ -318,7 +353,7 @@ def _build(module, name, layer_config, max_rank, embedding_max_rank, num_cores, 
             "max_rank": embedding_max_rank if embedding_max_rank is not None else max_rank,
             "num_cores": embedding_num_cores, "init": init, "gate_threshold": gate_threshold,
         }
-        allowed, build = _EMBEDDING_KEYS, _build_embedding
+        allowed, build = (_EMBEDDING_KEYS, _build_embedding) if isinstance(module, nn.Embedding) else (_EBC_KEYS, _build_ebc)
     wrong = set(overrides) - allowed
     if wrong:
         raise ValueError(f"layer_config keys {sorted(wrong)} do not apply to {name} ({type(module).__name__}); allowed: {sorted(allowed)}.")
@@ -329,15 +364,21 @@ def _build(module, name, layer_config, max_rank, embedding_max_rank, num_cores, 
         raise ValueError(f"cannot tensorize {name} ({type(module).__name__}): {err}") from err
 
 
-def _record(name: str, module: nn.Module, built: TTModule) -> SwapRecord:
+def _record(name: str, module: nn.Module, built: nn.Module) -> SwapRecord:
     if isinstance(built, TTLinear):
-        kind, shape = "linear", (built.in_features, built.out_features)
+        kind, shape, ranks = "linear", (built.in_features, built.out_features), built.physical_ranks
         modes = "·".join(map(str, built.in_modes)) + "→" + "·".join(map(str, built.out_modes))
-    else:
-        kind, shape = "embedding", (built.num_embeddings, built.embedding_dim)
+    elif isinstance(built, TTEmbedding):
+        kind, shape, ranks = "embedding", (built.num_embeddings, built.embedding_dim), built.physical_ranks
         modes = "·".join(map(str, built.row_modes)) + "×" + "·".join(map(str, built.col_modes))
+    else:  # TTEmbeddingBagCollection: total rows, widest table, ranks of the largest TT table
+        configs, tt_tables = built.embedding_bag_configs(), built.tt_tables()
+        kind, shape = "ebc", (sum(c.num_embeddings for c in configs), max(c.embedding_dim for c in configs))
+        modes = f"{len(tt_tables)}/{len(configs)} tables TT"
+        largest = max(tt_tables.values(), key=lambda t: t.num_embeddings, default=None)
+        ranks = largest.physical_ranks if largest is not None else ()
     dense = sum(p.numel() for p in module.parameters())
-    return SwapRecord(name, kind, shape, modes, built.physical_ranks, dense, built.num_parameters())
+    return SwapRecord(name, kind, shape, modes, ranks, dense, built.num_parameters())
 
 
 def _replace_everywhere(model: nn.Module, names: list[str], new: nn.Module) -> None:

@@ -85,3 +85,11 @@ def test_prune_and_strict_reload():
 def test_bad_arguments_raise(kwargs, match):
     with pytest.raises(ValueError, match=match):
         TTEmbedding(**kwargs)
+
+
+def test_empty_batch_of_ids():
+    layer = TTEmbedding(100, 8, max_rank=4)
+    out = layer(torch.zeros(0, 5, dtype=torch.long))
+    assert out.shape == (0, 5, 8)
+    out.sum().backward()
+    assert all(c.grad is not None for c in layer.cores)

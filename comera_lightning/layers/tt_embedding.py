@@ -177,7 +177,7 @@ class TTEmbedding(TTModule):
         left_rows = F.embedding(ids // n_right, left.flatten(1)).view(-1, *left.shape[1:])
         right_rows = F.embedding(ids % n_right, right.flatten(1)).view(-1, *right.shape[1:])
         rows = torch.bmm(left_rows, right_rows)  # (B, M_L, M_R)
-        return rows.reshape(ids.numel(), -1)[:, : self.embedding_dim]
+        return rows.reshape(ids.numel(), left.shape[1] * right.shape[2])[:, : self.embedding_dim]  # -1 is ambiguous for 0 ids
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         self._check_ids(ids)

@@ -1,0 +1,331 @@
+"""TTEmbeddingBagCollection: TorchRec's pooled embedding collection with TT-matrix tables (METHOD.md §1.2).
+
+A drop-in for ``torchrec.EmbeddingBagCollection`` (``KeyedJaggedTensor`` in, ``KeyedTensor``
+out), so ``torchrec.models.dlrm.DLRM`` takes it as its sparse arch. Every table with at least
+``min_rows`` rows is a :class:`TTEmbedding` (a ``TTModule``: the rank machinery gates, prunes
+and resizes it on load like any other TT layer); smaller tables, where a tensor train saves
+nothing, stay dense ``nn.Embedding`` weights pooled by the same code. Both live in the
+``embedding_bags`` ``ModuleDict`` keyed by table name, the attribute name TorchRec uses.
+
+Forward, per table: the ids of all its features are concatenated, deduplicated in eager mode,
+each unique id is looked up once through the TT fast lookup, and the bags are pooled with
+``F.embedding_bag`` over those unique rows (plain torch, no fbgemm). torchrec is optional:
+this module imports without it and the class raises ``ImportError`` when used.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .tt_embedding import TTEmbedding, _ids_are_checkable
+
+try:
+    from torchrec.modules.embedding_configs import DataType, EmbeddingBagConfig, PoolingType
+    from torchrec.modules.embedding_modules import (
+        EmbeddingBagCollection,
+        EmbeddingBagCollectionInterface,
+        get_embedding_names_by_table,
+    )
+    from torchrec.sparse.jagged_tensor import KeyedJaggedTensor, KeyedTensor
+except ImportError as _err:  # torchrec is an optional dependency (extra "recsys")
+    _TORCHREC_ERROR: ImportError | None = _err
+    EmbeddingBagCollectionInterface = nn.Module  # type: ignore[misc,assignment]
+else:
+    _TORCHREC_ERROR = None
+
+try:
+    from torchrec.sparse.tensor_dict import maybe_td_to_kjt
+except ImportError:  # older torchrec: KeyedJaggedTensor input only
+
+    def maybe_td_to_kjt(features, keys=None):  # type: ignore[no-redef]
+        return features
+
+
+__all__ = ["TTEmbeddingBagCollection", "DEFAULT_MIN_ROWS"]
+
+# Tables with fewer rows stay dense: their TT form would hardly be smaller and costs more compute.
+DEFAULT_MIN_ROWS = 1000
+INIT_CHOICES = ("svd", "random", "paper")
+
+
+def _require_torchrec() -> None:
+    if _TORCHREC_ERROR is not None:
+        raise ImportError(
+            "TTEmbeddingBagCollection needs torchrec; install it with `pip install 'comera_lightning[recsys]'` "
+            f"(or `pip install torchrec`). Import failed with: {_TORCHREC_ERROR}"
+        ) from _TORCHREC_ERROR
+
+
+def _config_dtype(config: EmbeddingBagConfig) -> torch.dtype:
+    """The dtype TorchRec's ``EmbeddingBagCollection`` gives a table."""
+    return torch.float32 if config.data_type == DataType.FP32 else torch.float16
+
+
+class TTEmbeddingBagCollection(EmbeddingBagCollectionInterface):
+    """TorchRec ``EmbeddingBagCollection`` whose tables of ``>= min_rows`` rows are ``TTEmbedding`` trains.
+
+    Same inputs, outputs, key order and ``length_per_key`` as ``EmbeddingBagCollection``;
+    pooling ``SUM`` or ``MEAN`` per table (the mean of an empty bag is 0); with
+    ``is_weighted=True`` the KJT weights multiply the rows before pooling (for ``MEAN`` tables
+    the weighted sum is divided by the bag length, which TorchRec itself does not support).
+    Tables below ``min_rows`` rows stay dense. ``max_rank``, ``num_cores`` and ``tt_kwargs``
+    (``gate_threshold``, ``deduplicate``, ``init_std``, ...) go to every ``TTEmbedding``. Outputs
+    are at least float32, like TorchRec's (float64 tables give float64).
+    """
+
+    def __init__(
+        self,
+        tables: Sequence[EmbeddingBagConfig],
+        *,
+        max_rank: int | Sequence[int],
+        is_weighted: bool = False,
+        num_cores: int = 3,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+        min_rows: int = DEFAULT_MIN_ROWS,
+        **tt_kwargs,
+    ) -> None:
+        _require_torchrec()
+        super().__init__()
+        tables = list(tables)
+        _validate_tables(tables)
+        if isinstance(min_rows, bool) or not isinstance(min_rows, int) or min_rows < 0:
+            raise ValueError(f"min_rows must be an integer >= 0, got {min_rows!r}.")
+        if "padding_idx" in tt_kwargs:
+            raise ValueError("EmbeddingBagConfig tables have no padding_idx; drop the padding_idx argument.")
+        self._is_weighted = bool(is_weighted)
+        self._embedding_bag_configs = tables
+        self.min_rows = min_rows
+        self.embedding_bags = nn.ModuleDict()
+        for config in tables:
+            if not config.feature_names:
+                config.feature_names = [config.name]  # as EmbeddingBagCollection does
+            table_dtype = dtype or _config_dtype(config)
+            if config.num_embeddings < min_rows:
+                self.embedding_bags[config.name] = _dense_table(config, device, table_dtype)
+            else:
+                self.embedding_bags[config.name] = TTEmbedding(
+                    config.num_embeddings, config.embedding_dim, max_rank=max_rank, num_cores=num_cores,
+                    device=device, dtype=table_dtype, **tt_kwargs,
+                )
+        self._device = torch.device(device) if device is not None else next(self.parameters()).device
+        self._feature_names: list[list[str]] = [list(config.feature_names) for config in tables]
+        self._embedding_names: list[str] = [name for names in get_embedding_names_by_table(tables) for name in names]
+        self._lengths_per_embedding: list[int] = [c.embedding_dim for c in tables for _ in c.feature_names]
+
+    # ------------------------------------------------------------------ TorchRec interface
+    def embedding_bag_configs(self) -> list[EmbeddingBagConfig]:
+        """The table configs, as ``EmbeddingBagCollection.embedding_bag_configs``."""
+        return self._embedding_bag_configs
+
+    def is_weighted(self) -> bool:
+        """Whether the input KJT carries per-id weights."""
+        return self._is_weighted
+
+    @property
+    def device(self) -> torch.device:
+        """The device the tables were built on."""
+        return self._device
+
+    def forward(self, features: KeyedJaggedTensor) -> KeyedTensor:
+        """Pool every feature's bags through its table; ``KeyedTensor`` of shape ``(B, Σ dims)``."""
+        features = maybe_td_to_kjt(features, None)
+        position = {key: i for i, key in enumerate(features.keys())}
+        missing = [f for names in self._feature_names for f in names if f not in position]
+        if missing:
+            raise ValueError(f"features {missing} are missing from the input KeyedJaggedTensor (keys: {features.keys()}).")
+        weights = features.weights_or_none()
+        if self._is_weighted and weights is None:
+            raise ValueError("this collection is_weighted=True but the KeyedJaggedTensor has no weights.")
+        value_offsets = features.offset_per_key()
+        strides = features.stride_per_key()
+        length_offsets = [0]
+        for stride in strides:
+            length_offsets.append(length_offsets[-1] + stride)
+
+        keys_of = [[position[f] for f in names] for names in self._feature_names]
+        per_feature = [[features.values()[value_offsets[i] : value_offsets[i + 1]] for i in keys] for keys in keys_of]
+        self._check_ids(per_feature)
+        pooled: list[torch.Tensor] = []
+        for config, keys, values in zip(self._embedding_bag_configs, keys_of, per_feature):
+            lengths = _concat([features.lengths()[length_offsets[i] : length_offsets[i + 1]] for i in keys])
+            bag_weights = _concat([weights[value_offsets[i] : value_offsets[i + 1]] for i in keys]) if self._is_weighted else None
+            out = self._pool(config, _concat(values), lengths, bag_weights)
+            pooled.extend(out.split([strides[i] for i in keys]))
+        return KeyedTensor(
+            keys=self._embedding_names,
+            values=torch.cat(self._expand_variable_batch(features, pooled), dim=1),
+            length_per_key=self._lengths_per_embedding,
+        )
+
+    # ------------------------------------------------------------------ lookup and pooling
+    def _pool(self, config: EmbeddingBagConfig, ids: torch.Tensor, lengths: torch.Tensor, weights: torch.Tensor | None) -> torch.Tensor:
+        """Pooled rows ``(len(lengths), dim)`` of one table for the concatenated bags of its features."""
+        table = self.embedding_bags[config.name]
+        ids = ids.long()
+        if isinstance(table, TTEmbedding):
+            if not ids.numel():  # all bags empty: look up one row anyway so the cores stay in the graph
+                rows, index = table.lookup(ids.new_zeros(1)), ids
+            elif table.deduplicate and _ids_are_checkable() and ids.numel() > 1:
+                unique, index = torch.unique(ids, return_inverse=True)
+                rows = table.lookup(unique)
+            else:
+                rows, index = table.lookup(ids), torch.arange(ids.numel(), device=ids.device)
+        else:
+            rows, index = table.weight, ids
+        lengths = lengths.long()
+        offsets = torch.cat([lengths.new_zeros(1), lengths.cumsum(0)])
+        mean = config.pooling == PoolingType.MEAN
+        if weights is not None:
+            weights = weights.to(rows.dtype)
+        # F.embedding_bag supports per-sample weights only for "sum": a weighted mean divides afterwards.
+        mode = "mean" if mean and weights is None else "sum"
+        out = F.embedding_bag(index, rows, offsets, mode=mode, per_sample_weights=weights, include_last_offset=True)
+        if mean and weights is not None:
+            out = out / lengths.clamp(min=1).unsqueeze(1).to(out.dtype)
+        return out.to(torch.promote_types(out.dtype, torch.float32))
+
+    def _check_ids(self, per_feature: list[list[torch.Tensor]]) -> None:
+        """Raise naming table, feature and id when an id is outside its table (one host sync, eager only)."""
+        checks = [
+            (config, name, values)
+            for config, names, table_values in zip(self._embedding_bag_configs, self._feature_names, per_feature)
+            for name, values in zip(names, table_values)
+        ]
+        for config, name, values in checks:
+            if values.is_floating_point() or values.is_complex() or values.dtype == torch.bool:
+                raise TypeError(f"ids of feature {name!r} (table {config.name!r}) must be integers, got dtype {values.dtype}.")
+        if not _ids_are_checkable():
+            return
+        bad = [((values < 0) | (values >= config.num_embeddings)).any() for config, _, values in checks]
+        if not bool(torch.stack(bad).any()):
+            return
+        for config, name, values in checks:
+            wrong = values[(values < 0) | (values >= config.num_embeddings)]
+            if wrong.numel():
+                raise IndexError(
+                    f"id {int(wrong[0])} of feature {name!r} is out of range for table {config.name!r} "
+                    f"with {config.num_embeddings} rows (valid ids: 0..{config.num_embeddings - 1})."
+                )
+
+    def _expand_variable_batch(self, features: KeyedJaggedTensor, pooled: list[torch.Tensor]) -> list[torch.Tensor]:
+        """With variable batch per feature, expand each feature's rows to the full batch by its inverse indices."""
+        inverse = features.inverse_indices_or_none()
+        if inverse is None:
+            if len({t.shape[0] for t in pooled}) > 1:
+                raise ValueError("the KeyedJaggedTensor has a variable batch size per feature but no inverse_indices.")
+            return pooled
+        row_of = {name: i for i, name in enumerate(inverse[0])}
+        return [rows.index_select(0, inverse[1][row_of[name.split("@")[0]]]) for name, rows in zip(self._embedding_names, pooled)]
+
+    # ------------------------------------------------------------------ conversions
+    @classmethod
+    def from_ebc(
+        cls,
+        ebc: EmbeddingBagCollection,
+        *,
+        max_rank: int | Sequence[int],
+        init: str = "svd",
+        num_cores: int = 3,
+        min_rows: int = DEFAULT_MIN_ROWS,
+        **tt_kwargs,
+    ) -> "TTEmbeddingBagCollection":
+        """Tensorize a TorchRec ``EmbeddingBagCollection``; small tables are copied as they are.
+
+        ``init``: ``"svd"`` (TT-SVD of each table, exact at full rank), ``"random"`` (random
+        cores whose entries have each table's standard deviation) or ``"paper"`` (σ = 1,
+        METHOD §1.1).
+        """
+        _require_torchrec()
+        if not isinstance(ebc, EmbeddingBagCollection):
+            raise TypeError(f"from_ebc expects a torchrec EmbeddingBagCollection, got {type(ebc).__name__}.")
+        if init not in INIT_CHOICES:
+            raise ValueError(f"init={init!r} is not supported; choose one of {INIT_CHOICES}.")
+        weights = {c.name: ebc.embedding_bags[c.name].weight for c in ebc.embedding_bag_configs()}
+        dtypes = {w.dtype for w in weights.values()}
+        first = next(iter(weights.values()))
+        layer = cls(
+            [dataclasses.replace(c, feature_names=list(c.feature_names)) for c in ebc.embedding_bag_configs()],
+            max_rank=max_rank, is_weighted=ebc.is_weighted(), num_cores=num_cores, device=first.device,
+            dtype=dtypes.pop() if len(dtypes) == 1 else None, min_rows=min_rows, **tt_kwargs,
+        )
+        with torch.no_grad():
+            for name, table in layer.embedding_bags.items():
+                weight = weights[name]
+                if not isinstance(table, TTEmbedding):
+                    table.weight.copy_(weight)
+                elif init == "svd":
+                    table.load_table_(weight)
+                else:
+                    table.reset_cores(1.0 if init == "paper" else float(weight.float().std()) if weight.numel() > 1 else 1.0)
+        return layer
+
+    def to_ebc(self) -> EmbeddingBagCollection:
+        """A TorchRec ``EmbeddingBagCollection`` holding the same tables (the dense export)."""
+        configs = [dataclasses.replace(c, feature_names=list(c.feature_names)) for c in self._embedding_bag_configs]
+        ebc = EmbeddingBagCollection(configs, is_weighted=self._is_weighted, device=self.device)
+        for name, table in self.embedding_bags.items():
+            weight = table.weight_table() if isinstance(table, TTEmbedding) else table.weight
+            ebc.embedding_bags[name].weight = nn.Parameter(weight.detach().clone())
+        return ebc
+
+    def to_dense_module(self) -> EmbeddingBagCollection:
+        """Same as ``to_ebc`` (used by ``comera_lightning.to_dense``)."""
+        return self.to_ebc()
+
+    # ------------------------------------------------------------------ sizes
+    def tt_tables(self) -> dict[str, TTEmbedding]:
+        """The tables stored as tensor trains, by name."""
+        return {name: t for name, t in self.embedding_bags.items() if isinstance(t, TTEmbedding)}
+
+    def num_parameters(self) -> int:
+        """Parameters held now (TT cores and gates, plus the small dense tables)."""
+        return sum(p.numel() for p in self.parameters())
+
+    def dense_parameters(self) -> int:
+        """Parameters of the equivalent ``EmbeddingBagCollection``."""
+        return sum(c.num_embeddings * c.embedding_dim for c in self._embedding_bag_configs)
+
+    def compression_ratio(self) -> float:
+        """Dense parameters divided by the parameters held now."""
+        return self.dense_parameters() / max(1, self.num_parameters())
+
+    def extra_repr(self) -> str:
+        num_tt = len(self.tt_tables())
+        return (
+            f"tables={len(self._embedding_bag_configs)} ({num_tt} TT, {len(self.embedding_bags) - num_tt} dense "
+            f"below min_rows={self.min_rows}), features={len(self._embedding_names)}, is_weighted={self._is_weighted}, "
+            f"parameters={self.num_parameters():,} (dense {self.dense_parameters():,}, {self.compression_ratio():.1f}x)"
+        )
+
+
+def _concat(parts: list[torch.Tensor]) -> torch.Tensor:
+    return parts[0] if len(parts) == 1 else torch.cat(parts)
+
+
+def _validate_tables(tables: list[EmbeddingBagConfig]) -> None:
+    if not tables:
+        raise ValueError("TTEmbeddingBagCollection needs at least one EmbeddingBagConfig, got none.")
+    names = set()
+    for config in tables:
+        if not isinstance(config, EmbeddingBagConfig):
+            raise TypeError(f"tables must be torchrec EmbeddingBagConfig objects, got {type(config).__name__}.")
+        if config.name in names:
+            raise ValueError(f"duplicate table name {config.name!r}; every table needs its own name.")
+        names.add(config.name)
+        if config.pooling not in (PoolingType.SUM, PoolingType.MEAN):
+            raise ValueError(f"table {config.name!r} has pooling {config.pooling}; only PoolingType.SUM and MEAN are supported.")
+
+
+def _dense_table(config: EmbeddingBagConfig, device: torch.device | str | None, dtype: torch.dtype) -> nn.Embedding:
+    """A small table kept dense, initialised like TorchRec initialises it."""
+    table = nn.Embedding(config.num_embeddings, config.embedding_dim, device=device, dtype=dtype)
+    if config.init_fn is not None and table.weight.device.type != "meta":
+        with torch.no_grad():
+            config.init_fn(table.weight)
+    return table
