@@ -225,3 +225,23 @@ def test_two_process_ddp_prunes_identically_on_every_rank(tmp_path):
     assert sum(sum(v) for v in ranks[0]["ranks"].values()) < ranks[0]["full"]
     for key in ranks[0]["state"]:
         torch.testing.assert_close(ranks[0]["state"][key], ranks[1]["state"][key])
+
+
+def test_wandb_offline_run_gets_the_per_layer_rank_table(tmp_path, monkeypatch):
+    import json
+
+    from lightning.pytorch.loggers import WandbLogger
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.chdir(tmp_path)
+    L.seed_everything(0)
+    logger = WandbLogger(project="comera-test", save_dir=str(tmp_path), offline=True)
+    trainer(tmp_path, [callback(early_epochs=1)], logger=logger, max_epochs=2).fit(PlainClassifier(), *loaders())
+    import wandb
+
+    wandb.finish()
+    tables = sorted(tmp_path.glob("wandb/offline-run-*/files/media/table/comera/ranks_*.table.json"))
+    assert len(tables) == 2, "one rank table per epoch"
+    table = json.loads(tables[-1].read_text())
+    assert table["columns"] == ["layer", "ranks", "params", "dense_params", "compression"]
+    assert [row[0] for row in table["data"]] == ["encoder.0", "encoder.2"]
