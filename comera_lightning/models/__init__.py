@@ -24,3 +24,14 @@ __all__ = [
     "init_bert_weights",
     "paper_adamw",
 ]
+
+__all__ += ["DLRMClassifier"]
+
+
+def __getattr__(name: str):
+    # DLRMClassifier needs TorchRec (an optional extra): import it only when asked for.
+    if name == "DLRMClassifier":
+        from comera_lightning.models.dlrm import DLRMClassifier
+
+        return DLRMClassifier
+    raise AttributeError(f"module 'comera_lightning.models' has no attribute {name!r}")
