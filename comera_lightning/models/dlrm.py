@@ -23,8 +23,7 @@ from torchmetrics import Metric
 from torchmetrics.classification import BinaryAccuracy, BinaryAUROC
 
 from comera_lightning.data.click_logs import ClickBatch, embedding_bag_configs
-from comera_lightning.models.transformer import paper_adamw
-from comera_lightning.param_groups import comera_param_groups
+from comera_lightning.models.optim_setup import check_scheduler_interval, configure_comera_optimizers, paper_adamw
 
 try:
     from torchrec.models.dlrm import DLRM
@@ -162,8 +161,7 @@ class DLRMClassifier(LightningModule):
                 f"the last over_arch_layer_sizes entry must be 1 (one click logit), "
                 f"got over_arch_layer_sizes={over_sizes!r}."
             )
-        if scheduler_interval not in ("step", "epoch"):
-            raise ValueError(f"scheduler_interval must be 'step' or 'epoch', got {scheduler_interval!r}.")
+        check_scheduler_interval(scheduler_interval)
         if auroc_thresholds is not None and auroc_thresholds < 2:
             raise ValueError(f"auroc_thresholds must be None (exact AUC) or at least 2, got {auroc_thresholds!r}.")
         # Callables stay out of the checkpoint: torch.load(weights_only=True) refuses pickled functions.
@@ -218,16 +216,5 @@ class DLRMClassifier(LightningModule):
         return self(batch.dense, batch.sparse).sigmoid()
 
     def configure_optimizers(self) -> Any:
-        """Build the optimizer on the cores/gates/other groups (after any tensorize) and the optional scheduler."""
-        hp = self.hparams
-        groups = comera_param_groups(
-            self, lr_cores=hp.lr_cores, lr_gates=hp.lr_gates, lr_other=hp.lr_other, weight_decay=hp.weight_decay
-        )
-        optimizer = self.optimizer(groups)
-        if self.scheduler is None:
-            return optimizer
-        scheduler = self.scheduler(optimizer)
-        lr_scheduler: dict[str, Any] = {"scheduler": scheduler, "interval": hp.scheduler_interval}
-        if isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
-            lr_scheduler.update(monitor="val/loss", interval="epoch")
-        return {"optimizer": optimizer, "lr_scheduler": lr_scheduler}
+        """The optimizer on the cores/gates/other groups (built now, after any tensorize) and the optional scheduler."""
+        return configure_comera_optimizers(self, self.optimizer, self.scheduler)

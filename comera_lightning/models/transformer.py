@@ -12,16 +12,11 @@ from torch import Tensor, nn
 from torchmetrics.classification import MulticlassAccuracy
 
 from comera_lightning.models.encoder import EncoderConfig, TransformerEncoderModel, init_bert_weights
-from comera_lightning.param_groups import comera_param_groups
+from comera_lightning.models.optim_setup import check_scheduler_interval, configure_comera_optimizers, paper_adamw
 
 __all__ = ["SentencePairClassifier", "paper_adamw"]
 
 IGNORE_INDEX = -100
-
-
-def paper_adamw(params: Any) -> torch.optim.Optimizer:
-    """The paper's optimizer: AdamW with weight decay 0 (learning rates come from the param groups)."""
-    return torch.optim.AdamW(params, weight_decay=0.0)
 
 
 class SentencePairClassifier(LightningModule):
@@ -59,8 +54,7 @@ class SentencePairClassifier(LightningModule):
         super().__init__()
         if num_classes < 2:
             raise ValueError(f"num_classes must be >= 2, got {num_classes!r}.")
-        if scheduler_interval not in ("step", "epoch"):
-            raise ValueError(f"scheduler_interval must be 'step' or 'epoch', got {scheduler_interval!r}.")
+        check_scheduler_interval(scheduler_interval)
         # Callables stay out of the checkpoint: torch.load(weights_only=True) refuses pickled functions.
         # Pass optimizer=/scheduler= to load_from_checkpoint to resume with a non-default one.
         self.save_hyperparameters(ignore=["optimizer", "scheduler"])
@@ -130,16 +124,5 @@ class SentencePairClassifier(LightningModule):
         return self._logits(batch).argmax(dim=-1)
 
     def configure_optimizers(self) -> Any:
-        """Build the optimizer on the cores/gates/other groups (built now, after any tensorize) and the optional scheduler."""
-        hp = self.hparams
-        groups = comera_param_groups(
-            self, lr_cores=hp.lr_cores, lr_gates=hp.lr_gates, lr_other=hp.lr_other, weight_decay=hp.weight_decay
-        )
-        optimizer = self.optimizer(groups)
-        if self.scheduler is None:
-            return optimizer
-        scheduler = self.scheduler(optimizer)
-        lr_scheduler: dict[str, Any] = {"scheduler": scheduler, "interval": hp.scheduler_interval}
-        if isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
-            lr_scheduler.update(monitor="val/loss", interval="epoch")
-        return {"optimizer": optimizer, "lr_scheduler": lr_scheduler}
+        """The optimizer on the cores/gates/other groups (built now, after any tensorize) and the optional scheduler."""
+        return configure_comera_optimizers(self, self.optimizer, self.scheduler)
