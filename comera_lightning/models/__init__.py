@@ -10,7 +10,9 @@ from comera_lightning.models.encoder import (
     TransformerEncoderModel,
     init_bert_weights,
 )
-from comera_lightning.models.transformer import SentencePairClassifier, paper_adamw
+from comera_lightning.models.codebert import MaskedLanguageModel
+from comera_lightning.models.optim_setup import paper_adamw
+from comera_lightning.models.transformer import SentencePairClassifier
 
 __all__ = [
     "Embeddings",
@@ -18,6 +20,7 @@ __all__ = [
     "EncoderConfig",
     "EncoderLayer",
     "FeedForward",
+    "MaskedLanguageModel",
     "SelfAttention",
     "SentencePairClassifier",
     "TransformerEncoderModel",

@@ -23,11 +23,12 @@ def check_scheduler_interval(interval: str) -> None:
         raise ValueError(f"scheduler_interval must be 'step' or 'epoch', got {interval!r}.")
 
 
-def configure_comera_optimizers(module: LightningModule, optimizer: Any, scheduler: Any | None) -> Any:
+def configure_comera_optimizers(module: LightningModule, optimizer: Any, scheduler: Any | None, interval: str | None = None) -> Any:
     """``configure_optimizers`` body: the optimizer callable on the cores/gates/other groups, plus a scheduler.
 
-    Reads ``lr_cores``, ``lr_gates``, ``lr_other``, ``weight_decay`` and ``scheduler_interval`` from
-    ``module.hparams``. Called from ``configure_optimizers``, i.e. after ``tensorize`` made the cores.
+    Reads ``lr_cores``, ``lr_gates``, ``lr_other``, ``weight_decay`` and (unless ``interval`` is
+    given) ``scheduler_interval`` from ``module.hparams``. Called from ``configure_optimizers``,
+    i.e. after ``tensorize`` made the cores.
     """
     hp = module.hparams
     groups = comera_param_groups(module, lr_cores=hp.lr_cores, lr_gates=hp.lr_gates, lr_other=hp.lr_other, weight_decay=hp.weight_decay)
@@ -35,7 +36,7 @@ def configure_comera_optimizers(module: LightningModule, optimizer: Any, schedul
     if scheduler is None:
         return built
     lr_scheduler = scheduler(built)
-    config: dict[str, Any] = {"scheduler": lr_scheduler, "interval": hp.scheduler_interval}
+    config: dict[str, Any] = {"scheduler": lr_scheduler, "interval": interval or hp.scheduler_interval}
     if isinstance(lr_scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
         config.update(monitor="val/loss", interval="epoch")
     return {"optimizer": built, "lr_scheduler": config}
