@@ -53,7 +53,8 @@ class ComeraCallback(Callback):
     """Train the model's chosen layers in TT form with ranks that shrink (CoMERA), for any LightningModule.
 
     Schedules: ``early_epochs`` or ``early_steps`` (default: two thirds of ``max_epochs``), then a
-    late stage of ``late_epochs``/``late_steps`` (default: until training ends). ``loss_target``
+    late stage of ``late_epochs``/``late_steps`` (default: until training ends), pruned at the
+    stage switch and every ``prune_every_n_epochs`` (default 1) or ``prune_every_n_steps``. ``loss_target``
     is ``L₀``; by default the validation loss logged at the end of the early stage (or the
     early stage's last-epoch mean training loss when there is no validation).
     Manual optimization: pass ``allow_manual_optimization=True`` and call
@@ -77,7 +78,7 @@ class ComeraCallback(Callback):
         loss_target_metric: str | None = None,
         loss_weight: float = 0.1,
         size_weight: float = 0.01,
-        prune_every_n_epochs: int | None = 1,
+        prune_every_n_epochs: int | None = None,
         prune_every_n_steps: int | None = None,
         size_surrogate: str = "mean",
         embedding_max_rank: int | list[int] | None = None,
@@ -126,6 +127,8 @@ class ComeraCallback(Callback):
         self.target_ratio, self.rank_weight = float(target_ratio), float(rank_weight)
         self.loss_target, self.loss_target_metric = loss_target, loss_target_metric
         self.loss_weight, self.size_weight = float(loss_weight), float(size_weight)
+        if prune_every_n_epochs is None and prune_every_n_steps is None:
+            prune_every_n_epochs = 1  # the default interval, unless a step interval is asked for
         self.prune_every_n_epochs, self.prune_every_n_steps = prune_every_n_epochs, prune_every_n_steps
         self.size_surrogate_kind = size_surrogate
         self.log_bond_ranks, self.check_finite_loss = log_bond_ranks, check_finite_loss

@@ -245,3 +245,9 @@ def test_wandb_offline_run_gets_the_per_layer_rank_table(tmp_path, monkeypatch):
     table = json.loads(tables[-1].read_text())
     assert table["columns"] == ["layer", "ranks", "params", "dense_params", "compression"]
     assert [row[0] for row in table["data"]] == ["encoder.0", "encoder.2"]
+
+
+def test_a_step_prune_interval_alone_replaces_the_default_epoch_interval():
+    cb = ComeraCallback(prune_every_n_steps=20)
+    assert cb.prune_every_n_steps == 20 and cb.prune_every_n_epochs is None
+    assert ComeraCallback().prune_every_n_epochs == 1
