@@ -6,7 +6,7 @@ baselines the paper beats (materialise the dense weight/table from the cores eve
 Prints time ratios, parameter ratios and achieved GFLOP/s next to the dense GEMM's, and
 writes JSON.
 
-    python benchmarks/layer_speed.py [--device cuda] [--reps 20] [--out benchmarks/results/layer_speed.json]
+    python benchmarks/layer_speed.py [--device cuda] [--reps 20] [--threads 1] [--out benchmarks/results/layer_speed.json]
 """
 
 from __future__ import annotations
@@ -120,8 +120,11 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--reps", type=int, default=15)
     parser.add_argument("--tokens", type=int, default=32 * 128)
+    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's choice)")
     parser.add_argument("--out", default="benchmarks/results/layer_speed.json")
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     torch.manual_seed(0)
 
