@@ -1,0 +1,129 @@
+"""The ``comera-lightning`` command line: every tiny config fits a few steps, configs round-trip, typos fail."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from comera_lightning import ComeraCallback
+from comera_lightning.cli import ComeraCLI, main, resolve_wandb_mode
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY_CONFIGS = sorted((ROOT / "configs").glob("*_tiny.yaml"))
+ALL_CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
+# Keep data loading small for the configs whose data module allows it (tokenizers train on these few).
+DATA_OVERRIDES = {
+    "transformer_tiny": ["--data.init_args.limit_train_samples", "256", "--data.init_args.limit_eval_samples", "64"],
+    "codebert_tiny": ["--data.init_args.max_files", "30"],
+}
+FEW_STEPS = [
+    "--trainer.max_epochs", "1", "--trainer.max_steps", "4",
+    "--trainer.limit_train_batches", "4", "--trainer.limit_val_batches", "1", "--trainer.limit_test_batches", "1",
+    "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false", "--trainer.log_every_n_steps", "1",
+    # 2 early steps, then a late stage with its prune: the whole schedule in 4 steps.
+    "--comera.early_epochs", "null", "--comera.late_epochs", "null", "--comera.prune_every_n_epochs", "null",
+    "--comera.early_steps", "2", "--comera.late_steps", "2",
+]
+
+
+@pytest.fixture(autouse=True)
+def _isolated(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    monkeypatch.setenv("COMERA_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "comera_cache"))
+
+
+def _small(config: Path) -> list[str]:
+    return ["--config", str(config), *DATA_OVERRIDES.get(config.stem, [])]
+
+
+@pytest.mark.parametrize("config", TINY_CONFIGS, ids=[c.stem for c in TINY_CONFIGS])
+def test_tiny_config_fits_a_few_steps(config: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # configs may name their own (relative) log folders
+    cli = ComeraCLI(args=["fit", *_small(config), *FEW_STEPS, "--trainer.default_root_dir", str(tmp_path)])
+    assert cli.trainer.global_step == 4
+    callback = next(c for c in cli.trainer.callbacks if isinstance(c, ComeraCallback))
+    assert callback.stage == "final" and callback.prune_events >= 2
+    run_dir = Path(cli.trainer.loggers[0].log_dir).resolve()
+    assert run_dir.is_relative_to(tmp_path.resolve())
+    assert (run_dir / "metrics.csv").is_file() and (run_dir / "config.yaml").is_file()
+    assert (run_dir / "compression.png").is_file()
+
+
+def test_dense_flag_drops_the_callback_and_names_the_run(tmp_path: Path) -> None:
+    config = ROOT / "configs" / "transformer_tiny.yaml"
+    cli = ComeraCLI(args=[*_small(config), "--dense", "true", "--trainer.default_root_dir", str(tmp_path)], run=False)
+    assert not any(isinstance(c, ComeraCallback) for c in cli.trainer.callbacks)
+    assert cli.trainer.loggers[0].log_dir == str(tmp_path / "logs" / "transformer_tiny_dense" / "version_0")
+    assert cli.model.hparams.vocab_size == cli.datamodule.vocab_size  # linked from the data module
+    assert cli.model.hparams.num_classes == cli.datamodule.num_classes
+
+
+def test_wandb_logger_follows_flag_and_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from lightning.pytorch.loggers import CSVLogger, WandbLogger
+
+    config = ROOT / "configs" / "transformer_tiny.yaml"
+    cli = ComeraCLI(args=[*_small(config), "--wandb", "offline", "--trainer.default_root_dir", str(tmp_path)], run=False)
+    kinds = [type(lg) for lg in cli.trainer.loggers]
+    assert kinds == [CSVLogger, WandbLogger]
+    assert cli.trainer.loggers[1]._wandb_init["mode"] == "offline"  # no run is started here
+    monkeypatch.delenv("WANDB_MODE")
+    assert resolve_wandb_mode() == "offline"
+    monkeypatch.setenv("WANDB_MODE", "online")
+    assert resolve_wandb_mode() == "online" and resolve_wandb_mode("disabled") == "disabled"
+    monkeypatch.setenv("WANDB_MODE", "dryrun")
+    assert resolve_wandb_mode() == "offline"
+    with pytest.raises(ValueError, match="WANDB_MODE='sometimes'"):
+        monkeypatch.setenv("WANDB_MODE", "sometimes")
+        resolve_wandb_mode()
+
+
+def _print_config(args: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", *args, "--print_config"])
+    assert exit_info.value.code in (0, None)
+    return capsys.readouterr().out
+
+
+@pytest.mark.parametrize("config", ALL_CONFIGS, ids=[c.stem for c in ALL_CONFIGS])
+def test_print_config_round_trips(config: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    first = _print_config(["--config", str(config)], capsys)
+    dumped = tmp_path / "dumped.yaml"
+    dumped.write_text(first)
+    assert _print_config(["--config", str(dumped)], capsys) == first
+    parsed = yaml.safe_load(first)
+    assert "comera" in parsed and parsed["dense"] is False
+    assert "vocab_size" not in parsed["model"]["init_args"]  # a link target, filled in from the data module
+
+
+@pytest.mark.parametrize("section,key", [("comera", "max_rnak"), ("model.init_args", "d_modle"), ("trainer", "max_epoch")])
+def test_config_typo_fails_naming_the_key(
+    section: str, key: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = yaml.safe_load((ROOT / "configs" / "transformer_tiny.yaml").read_text())
+    node = config
+    for part in section.split("."):
+        node = node.setdefault(part, {})
+    node[key] = 3
+    bad = tmp_path / "typo.yaml"
+    bad.write_text(yaml.safe_dump(config))
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--config", str(bad), "--print_config"])
+    assert exit_info.value.code not in (0, None)
+    assert key in capsys.readouterr().err
+
+
+def test_module_help_prints_only_usage() -> None:
+    env = {**os.environ, "PYTHONWARNINGS": "ignore::DeprecationWarning"}
+    quiet = subprocess.run([sys.executable, "-c", "import comera_lightning.cli, comera_lightning.demo"],
+                           capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+    assert quiet.returncode == 0 and quiet.stdout == "" and quiet.stderr == ""
+    result = subprocess.run([sys.executable, "-m", "comera_lightning", "--help"],
+                            capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("usage:") and "{fit,validate,test,predict}" in result.stdout
+    assert result.stderr == ""
