@@ -30,8 +30,9 @@ class TTEmbedding(TTModule):
     Lookup: the cores left and right of a split bond are each contracted into a small table
     for all of their row sub-indices (once per call, independent of the batch), then each id
     gathers one slice from each and a single batched matmul finishes the rows. With
-    ``deduplicate`` (eager mode only) ids are looked up once each, in sorted order, which is
-    faster even when few ids repeat (cache-friendly gathers).
+    ``deduplicate`` (eager mode only) each distinct id is looked up once; the sort this needs
+    costs more than it saves for text-like batches on CPU (measured: 12.5 ms without vs 17.4 ms
+    with, 4,096 Zipf ids), so it is off by default and on in ``TTEmbeddingBagCollection``.
     """
 
     def __init__(
@@ -44,7 +45,7 @@ class TTEmbedding(TTModule):
         row_modes: Sequence[int] | None = None,
         col_modes: Sequence[int] | None = None,
         num_cores: int = 4,
-        deduplicate: bool = True,
+        deduplicate: bool = False,
         gate_threshold: float = 1e-2,
         init_std: float = 1.0,
         device: torch.device | str | None = None,

@@ -96,6 +96,7 @@ class TTEmbeddingBagCollection(EmbeddingBagCollectionInterface):
         _validate_tables(tables)
         if isinstance(min_rows, bool) or not isinstance(min_rows, int) or min_rows < 0:
             raise ValueError(f"min_rows must be an integer >= 0, got {min_rows!r}.")
+        tt_kwargs.setdefault("deduplicate", True)  # click logs repeat ids heavily: look each up once
         if "padding_idx" in tt_kwargs:
             raise ValueError("EmbeddingBagConfig tables have no padding_idx; drop the padding_idx argument.")
         self._is_weighted = bool(is_weighted)
