@@ -30,7 +30,7 @@ test-slow: setup
 	WANDB_MODE=$${WANDB_MODE:-disabled} $(PY) -m pytest -q -m slow
 
 demo: setup
-	WANDB_MODE=$${WANDB_MODE:-offline} $(PY) examples/quickstart.py
+	WANDB_MODE=$${WANDB_MODE:-offline} $(PY) -m comera_lightning.demo
 
 bench: setup
 	$(PY) benchmarks/layer_speed.py
