@@ -43,7 +43,6 @@ def _divisors(n: int) -> tuple[int, ...]:
     return tuple(small + large[::-1])
 
 
-@lru_cache(maxsize=4096)
 def balanced_factors(n: int, num_factors: int) -> tuple[int, ...]:
     """Exact factorisation of ``n`` into ``num_factors`` modes, as balanced as possible.
 
@@ -51,8 +50,12 @@ def balanced_factors(n: int, num_factors: int) -> tuple[int, ...]:
     smallest largest mode. Returned in descending order; modes of 1 appear only when ``n``
     has too few prime factors.
     """
-    _check_positive_int("n", n)
-    _check_positive_int("num_factors", num_factors)
+    # Validate before the cache: True == 1 hashes alike, so a cached (8, 1) would answer (8, True).
+    return _balanced_factors(_check_positive_int("n", n), _check_positive_int("num_factors", num_factors))
+
+
+@lru_cache(maxsize=4096)
+def _balanced_factors(n: int, num_factors: int) -> tuple[int, ...]:
     best: tuple[int, ...] | None = None
     best_key: tuple[int, int] | None = None
 
