@@ -146,9 +146,15 @@ def _genres_from_widedeep() -> dict[str, list[str]] | None:
     return genres
 
 
-def _build_vocab(values: Iterable[str]) -> dict[str, int]:
-    """Index the distinct non-empty values 1..K in sorted order (0 stays for OOV / missing)."""
-    return {value: index for index, value in enumerate(sorted({v for v in values if v}), start=1)}
+def _build_vocab(values: Iterable[str], order: str = "frequency") -> dict[str, int]:
+    """Index the distinct non-empty values 1..K (0 stays for OOV / missing).
+
+    ``order="frequency"``: most frequent first (ties in sorted order), so that neighbouring ids
+    behave alike, which a tensor-train table can exploit; ``"sorted"``: in sorted order.
+    """
+    counts = Counter(v for v in values if v)
+    ranked = sorted(counts, key=(lambda v: (-counts[v], v)) if order == "frequency" else None)
+    return {value: index for index, value in enumerate(ranked, start=1)}
 
 
 def _time_split_bounds(timestamps: Sequence[float], fractions: Sequence[float]) -> list[int]:
