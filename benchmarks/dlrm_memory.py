@@ -29,8 +29,10 @@ per-table temporaries of the largest table (a lower bound; activations and the M
 out). Such rows are labelled ``computed``; at the measured dim the same formula is printed next
 to the measurement, to show how close it is. ``--force-dense`` starts the dense worker anyway
 (an out-of-memory death is then detected and reported as such). ``--systems`` can add
-``tt_from_dense``: the dense collection is built and then tensorized with ``from_ebc`` (what
-``tensorize`` does to ``DLRMClassifier``), whose peak includes the dense tables.
+``tt_from_dense`` (the dense collection is built and then tensorized with ``from_ebc``: what
+``tensorize`` does to a ``DLRMClassifier`` with real tables; its peak includes the dense tables)
+and ``tt_from_meta`` (the collection is declared on the meta device and tensorized with
+``from_ebc``: the ``configs/dlrm.yaml`` path, ``meta_embeddings: true``).
 
 Run (about 3-5 minutes on 2 cores):
 
@@ -54,7 +56,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-SYSTEMS = ("dense", "tt", "tt_from_dense")
+SYSTEMS = ("dense", "tt", "tt_from_dense", "tt_from_meta")
 OPTIMIZERS = ("adagrad", "sgd", "adamw")
 # Optimizer state per parameter, in parameter-sized tensors (SGD without momentum keeps none).
 STATE_TENSORS = {"sgd": 0, "adagrad": 1, "adamw": 2}
@@ -134,7 +136,7 @@ def build_collection(system: str, dim: int, args: argparse.Namespace) -> Any:
         return EmbeddingBagCollection(tables=configs)
     if system == "tt":
         return TTEmbeddingBagCollection(configs, **tt_options)
-    dense = EmbeddingBagCollection(tables=configs)
+    dense = EmbeddingBagCollection(tables=configs, device="meta" if system == "tt_from_meta" else None)
     collection = TTEmbeddingBagCollection.from_ebc(dense, init="random", **tt_options)
     del dense
     return collection

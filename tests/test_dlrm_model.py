@@ -12,6 +12,7 @@ import torch.nn.functional as F
 import yaml
 from torch.utils.data import DataLoader
 
+from comera_lightning import ComeraCallback
 from comera_lightning.data.criteo import CRITEO_KAGGLE_TABLE_SIZES
 from comera_lightning.data.movielens import MovieLensClicksDataModule
 from comera_lightning.models.dlrm import DLRMClassifier, NormalizedEntropy, binary_entropy
@@ -145,6 +146,22 @@ def test_checkpoint_round_trip(movielens, fixed_batch, tmp_path):
         got = loaded(fixed_batch.dense, fixed_batch.sparse)
     assert torch.equal(expected, got)
     assert loaded.hparams.feature_names == movielens.feature_names
+
+
+def test_meta_embeddings_train_once_tensorized_and_are_refused_otherwise(movielens, fixed_batch):
+    model = _model(movielens, meta_embeddings=True)
+    with pytest.raises(ValueError, match="meta_embeddings=True.*ComeraCallback"):
+        _trainer(max_steps=1).fit(model, train_dataloaders=_loader(fixed_batch, 1))
+    callback = ComeraCallback(
+        max_rank=4, target_modules=["model.sparse_arch.embedding_bag_collection"], early_steps=2, late_steps=1,
+        layer_config={"model.sparse_arch.embedding_bag_collection": {"min_rows": 500}},
+    )
+    model = _model(movielens, meta_embeddings=True)
+    trainer = _trainer(max_steps=3, callbacks=[callback])
+    trainer.fit(model, train_dataloaders=_loader(fixed_batch, 3))
+    assert trainer.global_step == 3
+    assert {p.device.type for p in model.parameters()} == {"cpu"}
+    assert all(torch.isfinite(p).all() for p in model.parameters())
 
 
 @pytest.mark.parametrize("name", ["dlrm.yaml", "dlrm_tiny.yaml"])

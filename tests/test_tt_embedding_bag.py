@@ -176,6 +176,21 @@ def test_random_init_matches_each_table_scale():
     torch.testing.assert_close(ours.embedding_bags["t_small"].weight, ebc.embedding_bags["t_small"].weight)
 
 
+def test_a_meta_collection_is_tensorized_without_materialising_its_tables():
+    meta = EmbeddingBagCollection(make_tables(), device=torch.device("meta"))
+    ours = TTEmbeddingBagCollection.from_ebc(meta, max_rank=8, init="random")
+    assert {p.device.type for p in ours.parameters()} == {"cpu"}
+    reference_scale = EmbeddingBagCollection(make_tables())  # TorchRec's init_fn on real tables
+    for name, table in ours.tt_tables().items():
+        assert 0.5 < table.weight_table().std() / reference_scale.embedding_bags[name].weight.std() < 2
+    small = ours.embedding_bags["t_small"].weight
+    bound = (1 / 40) ** 0.5  # TorchRec's default init: uniform(-sqrt(1/rows), sqrt(1/rows))
+    assert small.std() > 0 and bool((small.abs() <= bound).all())
+    assert ours(make_kjt()).values().isfinite().all()
+    with pytest.raises(ValueError, match="meta device.*init='random'"):
+        TTEmbeddingBagCollection.from_ebc(meta, max_rank=8, init="svd")
+
+
 def _dlrm(num_rows: int = 5000) -> DLRM:
     tables = [EmbeddingBagConfig(name=f"t{i}", embedding_dim=16, num_embeddings=n, feature_names=[f"f{i}"])
               for i, n in enumerate([num_rows, 20])]

@@ -234,6 +234,7 @@ class TTEmbeddingBagCollection(EmbeddingBagCollectionInterface):
         init: str = "svd",
         num_cores: int = 3,
         min_rows: int = DEFAULT_MIN_ROWS,
+        device: torch.device | str | None = None,
         **tt_kwargs,
     ) -> "TTEmbeddingBagCollection":
         """Tensorize a TorchRec ``EmbeddingBagCollection``; small tables are copied as they are.
@@ -241,29 +242,43 @@ class TTEmbeddingBagCollection(EmbeddingBagCollectionInterface):
         ``init``: ``"svd"`` (TT-SVD of each table, exact at full rank), ``"random"`` (random
         cores whose entries have each table's standard deviation) or ``"paper"`` (σ = 1,
         METHOD §1.1).
+
+        A collection built on the ``meta`` device (no memory: how a Criteo-scale model is
+        declared) is tensorized without ever materialising its tables: the TT cores and the
+        small dense tables are created on ``device`` (default CPU), initialised as TorchRec
+        would (each table's ``init_fn``); ``init="svd"`` needs real values and is refused.
         """
         _require_torchrec()
         if not isinstance(ebc, EmbeddingBagCollection):
             raise TypeError(f"from_ebc expects a torchrec EmbeddingBagCollection, got {type(ebc).__name__}.")
         if init not in INIT_CHOICES:
             raise ValueError(f"init={init!r} is not supported; choose one of {INIT_CHOICES}.")
-        weights = {c.name: ebc.embedding_bags[c.name].weight for c in ebc.embedding_bag_configs()}
+        configs = {c.name: c for c in ebc.embedding_bag_configs()}
+        weights = {name: ebc.embedding_bags[name].weight for name in configs}
         dtypes = {w.dtype for w in weights.values()}
         first = next(iter(weights.values()))
+        on_meta = first.device.type == "meta"
+        if on_meta and init == "svd":
+            raise ValueError(
+                "the EmbeddingBagCollection is on the meta device, so it has no values to decompose (init='svd'): "
+                "use init='random' or 'paper' to create fresh TT cores, or build the collection on a real device."
+            )
         layer = cls(
-            [dataclasses.replace(c, feature_names=list(c.feature_names)) for c in ebc.embedding_bag_configs()],
-            max_rank=max_rank, is_weighted=ebc.is_weighted(), num_cores=num_cores, device=first.device,
+            [dataclasses.replace(c, feature_names=list(c.feature_names)) for c in configs.values()],
+            max_rank=max_rank, is_weighted=ebc.is_weighted(), num_cores=num_cores,
+            device=device if device is not None else ("cpu" if on_meta else first.device),
             dtype=dtypes.pop() if len(dtypes) == 1 else None, min_rows=min_rows, **tt_kwargs,
         )
         with torch.no_grad():
             for name, table in layer.embedding_bags.items():
                 weight = weights[name]
                 if not isinstance(table, TTEmbedding):
-                    table.weight.copy_(weight)
+                    if not on_meta:  # (from meta, the new table is already initialised like TorchRec's)
+                        table.weight.copy_(weight)
                 elif init == "svd":
                     table.load_table_(weight)
                 else:
-                    table.reset_cores(1.0 if init == "paper" else float(weight.float().std()) if weight.numel() > 1 else 1.0)
+                    table.reset_cores(1.0 if init == "paper" else _table_std(weight, configs[name]))
         return layer
 
     def to_ebc(self) -> EmbeddingBagCollection:
@@ -321,6 +336,16 @@ def _validate_tables(tables: list[EmbeddingBagConfig]) -> None:
         names.add(config.name)
         if config.pooling not in (PoolingType.SUM, PoolingType.MEAN):
             raise ValueError(f"table {config.name!r} has pooling {config.pooling}; only PoolingType.SUM and MEAN are supported.")
+
+
+def _table_std(weight: torch.Tensor, config: EmbeddingBagConfig) -> float:
+    """Standard deviation of a table's entries; for a meta table, of its ``init_fn`` on a sample of rows."""
+    if weight.device.type == "meta":
+        if config.init_fn is None:
+            return 1.0
+        weight = torch.empty(min(weight.shape[0], 4096), weight.shape[1], dtype=torch.float32)
+        config.init_fn(weight)
+    return float(weight.float().std()) if weight.numel() > 1 else 1.0
 
 
 def _dense_table(config: EmbeddingBagConfig, device: torch.device | str | None, dtype: torch.dtype) -> nn.Embedding:

@@ -116,6 +116,11 @@ class DLRMClassifier(LightningModule):
     the optimizer's own. Logs ``{train,val,test}/{loss,auc,acc,ne}``. The AUC is exact
     (it keeps every prediction of the epoch) unless ``auroc_thresholds`` bins it (constant
     memory, for long epochs such as Criteo's).
+
+    ``meta_embeddings=True`` declares the ``EmbeddingBagCollection`` on the ``meta`` device
+    (no memory): ``ComeraCallback`` (or ``tensorize``) then creates the TT tables directly,
+    so a Criteo-scale model never holds its dense tables. Training it without tensorizing the
+    collection is refused in ``setup``.
     """
 
     def __init__(
@@ -134,6 +139,7 @@ class DLRMClassifier(LightningModule):
         scheduler: LRSchedulerCallable | None = None,
         scheduler_interval: Literal["step", "epoch"] = "step",
         auroc_thresholds: int | None = None,
+        meta_embeddings: bool = False,
     ) -> None:
         super().__init__()
         table_sizes = _check_layer_sizes("table_sizes", table_sizes, 1)
@@ -166,7 +172,10 @@ class DLRMClassifier(LightningModule):
             raise ValueError(f"auroc_thresholds must be None (exact AUC) or at least 2, got {auroc_thresholds!r}.")
         # Callables stay out of the checkpoint: torch.load(weights_only=True) refuses pickled functions.
         self.save_hyperparameters(ignore=["optimizer", "scheduler"])
-        ebc = EmbeddingBagCollection(tables=embedding_bag_configs(feature_names, table_sizes, embedding_dim))
+        ebc = EmbeddingBagCollection(
+            tables=embedding_bag_configs(feature_names, table_sizes, embedding_dim),
+            device=torch.device("meta") if meta_embeddings else None,
+        )
         self.model = DLRM(
             embedding_bag_collection=ebc,
             dense_in_features=num_dense,
@@ -178,6 +187,32 @@ class DLRMClassifier(LightningModule):
         self.train_metrics = _stage_metrics(auroc_thresholds)
         self.val_metrics = _stage_metrics(auroc_thresholds)
         self.test_metrics = _stage_metrics(auroc_thresholds)
+
+    def setup(self, stage: str) -> None:
+        """Refuse to run with tables still on the meta device (``meta_embeddings`` without tensorizing)."""
+        on_meta = [name for name, p in self.named_parameters() if p.device.type == "meta"]
+        if on_meta:
+            raise ValueError(
+                f"DLRMClassifier was built with meta_embeddings=True but {len(on_meta)} parameters are still on the "
+                f"meta device ({on_meta[0]}, ...): add ComeraCallback targeting "
+                "'model.sparse_arch.embedding_bag_collection' (or call comera_lightning.tensorize on the module) "
+                "so the tables are created in tensor-train form, or set meta_embeddings=False for dense tables."
+            )
+
+    def _apply(self, fn, recurse: bool = True):
+        """Move/cast the module; a collection still declared on the meta device stays there (no data to move).
+
+        Lightning moves the module to the CPU when a run ends, also after the error in ``setup``.
+        """
+        sparse_arch = self.model.sparse_arch
+        collection = sparse_arch.embedding_bag_collection
+        if not any(p.is_meta for p in collection.parameters()):
+            return super()._apply(fn, recurse)
+        sparse_arch.embedding_bag_collection = None
+        try:
+            return super()._apply(fn, recurse)
+        finally:
+            sparse_arch.embedding_bag_collection = collection
 
     def forward(self, dense: Tensor, sparse: KeyedJaggedTensor) -> Tensor:
         """Click logits ``(batch,)`` from dense features ``(batch, num_dense)`` and a KJT of ids."""
