@@ -42,6 +42,7 @@ def run(cli_args: Sequence[str]) -> dict[str, Any]:
     encoder = getattr(getattr(model, "backbone", None), "encoder", None)
     summary: dict[str, Any] = {
         "test_acc": tested.get("test/acc"),
+        "test_metrics": {k: float(v) for k, v in tested.items()},
         "val_acc": val_acc,
         "encoder_compression": compression_stats(encoder).model_compression if encoder is not None else None,
         "model_compression": stats.model_compression,
@@ -80,6 +81,9 @@ def format_summary(s: dict[str, Any]) -> str:
     if s.get("test_acc") is not None:
         majority = f" (majority class: {s['test_majority']:.3f} test, {s['val_majority']:.3f} val)" if "test_majority" in s else ""
         lines.append(f"test accuracy            {s['test_acc']:.4f}{majority}")
+    others = {k: v for k, v in s.get("test_metrics", {}).items() if k != "test/acc"}
+    if others:
+        lines.append("test metrics             " + ", ".join(f"{k} {v:.4f}" for k, v in sorted(others.items())))
     if s.get("val_acc") is not None:
         lines.append(f"validation accuracy      {s['val_acc']:.4f} (last epoch)")
     if s["tt_params"]:
