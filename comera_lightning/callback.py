@@ -34,6 +34,8 @@ log = logging.getLogger(__name__)
 STAGES = ("early", "late", "final")
 UNSUPPORTED_STRATEGIES = ("FSDPStrategy", "DeepSpeedStrategy", "ModelParallelStrategy", "XLAStrategy", "SingleDeviceXLAStrategy")
 AUTO_LOSS_METRICS = ("val/loss", "val_loss", "validation/loss", "valid/loss")
+#: ``loss_target_metric`` value for the mean task loss of the early stage's last (possibly partial) epoch.
+TRAIN_LOSS_TARGET = "train"
 
 
 def _check_count(name: str, value: Any, minimum: int = 1) -> None:
@@ -56,7 +58,10 @@ class ComeraCallback(Callback):
     late stage of ``late_epochs``/``late_steps`` (default: until training ends), pruned at the
     stage switch and every ``prune_every_n_epochs`` (default 1) or ``prune_every_n_steps``. ``loss_target``
     is ``L₀``; by default the validation loss logged at the end of the early stage (or the
-    early stage's last-epoch mean training loss when there is no validation).
+    early stage's last-epoch mean training loss when there is no validation), or the metric named
+    by ``loss_target_metric``; ``loss_target_metric="train"`` takes that mean training loss even
+    when a validation loss exists (the late stage compares L₀ with training losses, and a
+    validation loss above them lets it trade the generalisation gap for size).
     Manual optimization: pass ``allow_manual_optimization=True`` and call
     ``callback.objective(loss)`` yourself before ``manual_backward``.
     """
@@ -296,6 +301,10 @@ class ComeraCallback(Callback):
         if self.loss_target is not None:
             return float(self.loss_target)
         metrics = trainer.callback_metrics
+        if self.loss_target_metric == TRAIN_LOSS_TARGET:
+            if not self._epoch_loss_count:
+                raise ValueError(f"loss_target_metric={TRAIN_LOSS_TARGET!r}: no training step ran in the early stage's last epoch.")
+            return float(self._epoch_loss_sum / self._epoch_loss_count)
         if self.loss_target_metric is not None:
             if self.loss_target_metric not in metrics:
                 raise ValueError(

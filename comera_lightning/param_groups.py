@@ -26,6 +26,7 @@ def comera_param_groups(
     lr_gates: float = 1e-3,
     lr_other: float = 5e-5,
     weight_decay: float = 0.0,
+    core_weight_decay: float | None = None,
 ) -> list[dict[str, Any]]:
     """Split ``module``'s trainable parameters into named ``cores``/``gates``/``other`` optimizer groups.
 
@@ -34,15 +35,22 @@ def comera_param_groups(
     ``weight_decay`` (these override the optimizer's own defaults); gates never get weight decay,
     since decay would shrink them toward the pruning threshold regardless of the task. Empty
     groups are left out; frozen parameters are skipped; shared parameters appear once.
+
+    ``core_weight_decay`` (default: ``weight_decay``) sets the cores' decay on its own: decoupled
+    decay shrinks each of a layer's d cores, so the weight they multiply into decays about d
+    times faster than a dense weight would at the same setting.
     """
     for key, value in (("lr_cores", lr_cores), ("lr_gates", lr_gates), ("lr_other", lr_other)):
         if not value > 0:
             raise ValueError(f"{key} must be a positive learning rate, got {value!r}.")
-    if weight_decay < 0:
-        raise ValueError(f"weight_decay must be >= 0, got {weight_decay!r}.")
+    if core_weight_decay is None:
+        core_weight_decay = weight_decay
+    for key, value in (("weight_decay", weight_decay), ("core_weight_decay", core_weight_decay)):
+        if value < 0:
+            raise ValueError(f"{key} must be >= 0, got {value!r}.")
 
     settings = {
-        "cores": {"lr": lr_cores, "weight_decay": weight_decay},
+        "cores": {"lr": lr_cores, "weight_decay": core_weight_decay},
         "gates": {"lr": lr_gates, "weight_decay": 0.0},
         "other": {"lr": lr_other, "weight_decay": weight_decay},
     }

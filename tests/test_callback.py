@@ -251,3 +251,13 @@ def test_a_step_prune_interval_alone_replaces_the_default_epoch_interval():
     cb = ComeraCallback(prune_every_n_steps=20)
     assert cb.prune_every_n_steps == 20 and cb.prune_every_n_epochs is None
     assert ComeraCallback().prune_every_n_epochs == 1
+
+
+def test_loss_target_train_is_the_mean_training_loss_even_with_a_validation_loss(tmp_path):
+    cb = callback(loss_target_metric="train")
+    cb._epoch_loss_sum, cb._epoch_loss_count = torch.tensor(3.0), 2
+    assert cb._resolve_loss_target(SimpleNamespace(callback_metrics={"val/loss": torch.tensor(9.0)})) == 1.5
+    L.seed_everything(0)
+    model, cb = PlainClassifier(), callback(loss_target_metric="train", early_epochs=None, early_steps=5, late_steps=3)
+    trainer(tmp_path, [cb], max_steps=8).fit(model, *loaders())  # a switch in mid-epoch (no epoch metric yet)
+    assert cb.stage == "final" and 0 < cb.loss_target_value < 10

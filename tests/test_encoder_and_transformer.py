@@ -208,6 +208,8 @@ def test_param_groups_route_cores_and_gates():
     assert (by_name["cores"]["lr"], by_name["gates"]["lr"], by_name["other"]["lr"]) == (1.0, 2.0, 3.0)
     assert by_name["gates"]["weight_decay"] == 0.0
     assert by_name["cores"]["weight_decay"] == by_name["other"]["weight_decay"] == 0.1
+    own = {g["name"]: g["weight_decay"] for g in comera_param_groups(model, weight_decay=0.1, core_weight_decay=0.0)}
+    assert own == {"cores": 0.0, "gates": 0.0, "other": 0.1}
 
     names = {id(p): n for n, p in model.named_parameters()}
     for group in groups:
@@ -227,6 +229,8 @@ def test_param_groups_reject_bad_values():
         comera_param_groups(nn.Linear(2, 2), lr_gates=0.0)
     with pytest.raises(ValueError, match="weight_decay"):
         comera_param_groups(nn.Linear(2, 2), weight_decay=-1.0)
+    with pytest.raises(ValueError, match="core_weight_decay"):
+        comera_param_groups(nn.Linear(2, 2), core_weight_decay=-1.0)
 
 
 def test_configure_optimizers_default_and_injected():

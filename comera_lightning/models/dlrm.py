@@ -113,8 +113,8 @@ class DLRMClassifier(LightningModule):
     (the Criteo keys). ``optimizer`` is any callable taking parameter groups; it receives
     the three groups of :func:`comera_param_groups` (built in ``configure_optimizers``, after
     ``tensorize``), whose ``lr_cores``/``lr_gates``/``lr_other``/``weight_decay`` override
-    the optimizer's own. Logs ``{train,val,test}/{loss,auc,acc,ne}``. The AUC is exact
-    (it keeps every prediction of the epoch) unless ``auroc_thresholds`` bins it (constant
+    the optimizer's own (``core_weight_decay``, default ``weight_decay``, for the TT cores).
+    Logs ``{train,val,test}/{loss,auc,acc,ne}``. The AUC is exact (it keeps every prediction of the epoch) unless ``auroc_thresholds`` bins it (constant
     memory, for long epochs such as Criteo's).
 
     ``meta_embeddings=True`` declares the ``EmbeddingBagCollection`` on the ``meta`` device
@@ -135,6 +135,7 @@ class DLRMClassifier(LightningModule):
         lr_gates: float = 1e-2,
         lr_other: float = 1e-3,
         weight_decay: float = 0.0,
+        core_weight_decay: float | None = None,
         optimizer: OptimizerCallable = paper_adamw,
         scheduler: LRSchedulerCallable | None = None,
         scheduler_interval: Literal["step", "epoch"] = "step",

@@ -26,12 +26,15 @@ def check_scheduler_interval(interval: str) -> None:
 def configure_comera_optimizers(module: LightningModule, optimizer: Any, scheduler: Any | None, interval: str | None = None) -> Any:
     """``configure_optimizers`` body: the optimizer callable on the cores/gates/other groups, plus a scheduler.
 
-    Reads ``lr_cores``, ``lr_gates``, ``lr_other``, ``weight_decay`` and (unless ``interval`` is
-    given) ``scheduler_interval`` from ``module.hparams``. Called from ``configure_optimizers``,
+    Reads ``lr_cores``, ``lr_gates``, ``lr_other``, ``weight_decay``, ``core_weight_decay`` (if
+    the module has it) and (unless ``interval`` is given) ``scheduler_interval`` from ``module.hparams``. Called from ``configure_optimizers``,
     i.e. after ``tensorize`` made the cores.
     """
     hp = module.hparams
-    groups = comera_param_groups(module, lr_cores=hp.lr_cores, lr_gates=hp.lr_gates, lr_other=hp.lr_other, weight_decay=hp.weight_decay)
+    groups = comera_param_groups(
+        module, lr_cores=hp.lr_cores, lr_gates=hp.lr_gates, lr_other=hp.lr_other,
+        weight_decay=hp.weight_decay, core_weight_decay=hp.get("core_weight_decay"),
+    )
     built = optimizer(groups)
     if scheduler is None:
         return built
