@@ -114,8 +114,9 @@ class DLRMClassifier(LightningModule):
     the three groups of :func:`comera_param_groups` (built in ``configure_optimizers``, after
     ``tensorize``), whose ``lr_cores``/``lr_gates``/``lr_other``/``weight_decay`` override
     the optimizer's own (``core_weight_decay``, default ``weight_decay``, for the TT cores).
-    Logs ``{train,val,test}/{loss,auc,acc,ne}``. The AUC is exact (it keeps every prediction of the epoch) unless ``auroc_thresholds`` bins it (constant
-    memory, for long epochs such as Criteo's).
+    Logs ``{train,val,test}/{loss,auc,acc,ne}``. The AUC is exact (it keeps every prediction
+    of the epoch) unless ``auroc_thresholds`` bins it (constant memory, for long epochs such as
+    Criteo's).
 
     ``meta_embeddings=True`` declares the ``EmbeddingBagCollection`` on the ``meta`` device
     (no memory): ``ComeraCallback`` (or ``tensorize``) then creates the TT tables directly,
@@ -132,7 +133,7 @@ class DLRMClassifier(LightningModule):
         dense_arch_layer_sizes: list[int] = [64, 16],  # noqa: B006 - LightningCLI needs the literal
         over_arch_layer_sizes: list[int] = [64, 32, 1],  # noqa: B006
         lr_cores: float = 1e-3,
-        lr_gates: float = 1e-2,
+        lr_gates: float = 1e-3,
         lr_other: float = 1e-3,
         weight_decay: float = 0.0,
         core_weight_decay: float | None = None,

@@ -27,8 +27,8 @@ def configure_comera_optimizers(module: LightningModule, optimizer: Any, schedul
     """``configure_optimizers`` body: the optimizer callable on the cores/gates/other groups, plus a scheduler.
 
     Reads ``lr_cores``, ``lr_gates``, ``lr_other``, ``weight_decay``, ``core_weight_decay`` (if
-    the module has it) and (unless ``interval`` is given) ``scheduler_interval`` from ``module.hparams``. Called from ``configure_optimizers``,
-    i.e. after ``tensorize`` made the cores.
+    the module has it) and (unless ``interval`` is given) ``scheduler_interval`` from
+    ``module.hparams``. Called from ``configure_optimizers``, i.e. after ``tensorize`` made the cores.
     """
     hp = module.hparams
     groups = comera_param_groups(
