@@ -4,9 +4,10 @@ from .callback import ComeraCallback
 from .checkpoint import tensorized_checkpoints
 from .layers import TTEmbedding, TTLinear
 from .optim import CAME
+from .strategy import CUDAGraphStrategy
 from .tensorize import TensorizeReport, tensorize, to_dense
 
-__all__ = ["CAME", "ComeraCallback", "TTEmbedding", "TTEmbeddingBagCollection", "TTLinear", "TensorizeReport", "tensorize", "tensorized_checkpoints", "to_dense"]
+__all__ = ["CAME", "CUDAGraphStrategy", "ComeraCallback", "TTEmbedding", "TTEmbeddingBagCollection", "TTLinear", "TensorizeReport", "tensorize", "tensorized_checkpoints", "to_dense"]
 __version__ = "0.1.0"
 
 

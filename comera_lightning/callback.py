@@ -38,6 +38,11 @@ AUTO_LOSS_METRICS = ("val/loss", "val_loss", "validation/loss", "valid/loss")
 TRAIN_LOSS_TARGET = "train"
 
 
+def _capturing() -> bool:
+    """True while a CUDA graph is being captured, where a host sync (the finite-loss check) is not allowed."""
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+
+
 def _check_count(name: str, value: Any, minimum: int = 1) -> None:
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < minimum):
         raise ValueError(f"{name} must be an integer >= {minimum} or None, got {value!r}.")
@@ -226,13 +231,15 @@ class ComeraCallback(Callback):
 
     def objective(self, task_loss: torch.Tensor) -> torch.Tensor:
         """The stage's training objective for a task loss ``L`` (METHOD §2)."""
-        if self.check_finite_loss and not bool(torch.isfinite(task_loss.detach()).all()):
+        if self.check_finite_loss and not _capturing() and not bool(torch.isfinite(task_loss.detach()).all()):
             self._raise_non_finite(task_loss)
         surrogate = size_surrogate(self._layers, self.size_surrogate_kind, self.gate_normalizer)
         loss = task_loss.detach().float()
         self._last = {"task_loss": loss, "size_surrogate": surrogate.detach()}
-        self._epoch_loss_sum = loss if self._epoch_loss_sum is None else self._epoch_loss_sum + loss
-        self._epoch_loss_count += 1
+        if self._epoch_loss_sum is None:  # called outside a training epoch
+            self._reset_epoch_loss(loss.device)
+        self._epoch_loss_sum.add_(loss)  # in place: a replayed CUDA graph keeps adding into the same tensors
+        self._epoch_loss_count.add_(1)
         if self.stage == "early":
             return task_loss + self.rank_weight * surrogate
         if self.stage == "final":
@@ -267,7 +274,15 @@ class ComeraCallback(Callback):
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """Start a fresh per-epoch training-loss mean (the fallback loss target)."""
-        self._epoch_loss_sum, self._epoch_loss_count = None, 0
+        self._reset_epoch_loss(pl_module.device)
+
+    def _reset_epoch_loss(self, device: torch.device) -> None:
+        """Zero the epoch's loss sum and step count, in place when they exist (a captured CUDA graph adds into them)."""
+        if isinstance(self._epoch_loss_count, torch.Tensor) and self._epoch_loss_count.device == device:
+            self._epoch_loss_sum.zero_()
+            self._epoch_loss_count.zero_()
+        else:
+            self._epoch_loss_sum, self._epoch_loss_count = torch.zeros((), device=device), torch.zeros((), device=device)
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """Epoch-based stage switches and pruning (validation of this epoch has already run)."""

@@ -1,4 +1,4 @@
-"""Shared test set-up: deterministic seeds, W&B never online, GPU tests skipped without CUDA."""
+"""Shared test set-up: deterministic seeds, W&B never online, GPU tests skipped without CUDA, slow ones unless asked."""
 
 import os
 
@@ -14,9 +14,11 @@ def _seed():
 
 
 def pytest_collection_modifyitems(config, items):
-    if torch.cuda.is_available():
-        return
     skip_gpu = pytest.mark.skip(reason="needs a CUDA device")
+    skip_slow = pytest.mark.skip(reason="slow: run with `make test-slow` or `pytest -m slow`")
+    slow_asked = "slow" in (config.getoption("markexpr") or "")
     for item in items:
-        if "gpu" in item.keywords:
+        if "gpu" in item.keywords and not torch.cuda.is_available():
             item.add_marker(skip_gpu)
+        if "slow" in item.keywords and not slow_asked:
+            item.add_marker(skip_slow)

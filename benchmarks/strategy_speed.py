@@ -1,0 +1,204 @@
+"""What CUDAGraphStrategy's mechanisms buy for the tensorized paper Transformer: one training step, side by side.
+
+The model is the paper's encoder at its widths (d_model 768, d_ff 3072, 12 heads, learned
+positions, TT embedding of BERT's 30,522 rows) with fewer layers, tensorized as
+``configs/transformer.yaml`` does (linear ranks 30, embedding rank 32); one step is forward,
+the early-stage objective ``L + 0.01·R``, backward and the optimizer step on a synthetic batch.
+
+* CPU: eager against ``torch.compile(dynamic=False)`` of the module's children, exactly as
+  ``CUDAGraphStrategy(compile=True)`` does it; the first compiled step (compilation) is
+  reported apart, then the timed steps of the two copies alternate.
+* CUDA (when present): the step captured in a CUDA graph (the strategy's ``StepGraph`` with a
+  capturable optimizer, warmed up on a side stream) against the same step eagerly, for the
+  tensorized and the dense model, at batch 32 and 1.
+
+    python benchmarks/strategy_speed.py [--layers 2] [--batch 32] [--seq 128] [--warmup 3] [--steps 10]
+        [--optimizer adamw|came] [--threads N] [--skip-cpu] [--out benchmarks/results/strategy_speed.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from comera_lightning import CAME, tensorize
+from comera_lightning.models.transformer import SentencePairClassifier
+from comera_lightning.rank import size_surrogate, tt_layers
+from comera_lightning.strategy import StepGraph, compiled_children, make_capturable_, set_compiled
+
+VOCAB = 30522
+
+
+def build(layers: int, device: torch.device, tensorized: bool) -> SentencePairClassifier:
+    """The paper's classifier with ``layers`` encoders; tensorized as configs/transformer.yaml does it."""
+    torch.manual_seed(0)
+    model = SentencePairClassifier(vocab_size=VOCAB, d_model=768, num_layers=layers, num_heads=12, d_ff=3072, max_positions=128)
+    if tensorized:
+        tensorize(model, max_rank=30, embedding_max_rank=32, num_cores=3, embedding_num_cores=4)
+    return model.to(device).train()
+
+
+def make_batch(batch: int, seq: int, device: torch.device) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    return {
+        "input_ids": torch.randint(5, VOCAB, (batch, seq), generator=g).to(device),
+        "attention_mask": torch.ones(batch, seq, dtype=torch.long, device=device),
+        "token_type_ids": (torch.arange(seq) >= seq // 2).long().expand(batch, seq).contiguous().to(device),
+        "labels": torch.randint(0, 3, (batch,), generator=g).to(device),
+    }
+
+
+def optimizer_for(model: torch.nn.Module, name: str, capturable: bool = False) -> torch.optim.Optimizer:
+    if name == "came":
+        optimizer = CAME(model.parameters(), lr=1e-4)
+    else:
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.0)
+    if capturable:
+        make_capturable_(optimizer)
+    return optimizer
+
+
+def step_fn(model: SentencePairClassifier, optimizer: torch.optim.Optimizer, batch: dict[str, torch.Tensor]) -> Callable[[], torch.Tensor]:
+    """One training step on ``batch`` (read at call time, so a static batch works)."""
+    layers = [m for _, m in tt_layers(model)]
+
+    def step() -> torch.Tensor:
+        optimizer.zero_grad(set_to_none=True)
+        logits = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+        loss = F.cross_entropy(logits, batch["labels"])
+        if layers:
+            loss = loss + 0.01 * size_surrogate(layers)
+        loss.backward()
+        optimizer.step()
+        return loss
+
+    return step
+
+
+def timed(step: Callable[[], object], device: torch.device) -> float:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    start = time.perf_counter()
+    step()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter() - start
+
+
+def cpu_compile(args: argparse.Namespace) -> dict:
+    """Eager vs torch.compile of the tensorized model on CPU, interleaved."""
+    device = torch.device("cpu")
+    batch = make_batch(args.batch, args.seq, device)
+    eager_model = build(args.layers, device, tensorized=True)
+    compiled_model = copy.deepcopy(eager_model)
+    set_compiled(compiled_children(compiled_model), True)
+    eager = step_fn(eager_model, optimizer_for(eager_model, args.optimizer), batch)
+    compiled = step_fn(compiled_model, optimizer_for(compiled_model, args.optimizer), batch)
+    compile_s = timed(compiled, device)  # the first call compiles forward and backward
+    for _ in range(args.warmup):
+        eager(), compiled()
+    times: dict[str, list[float]] = {"eager": [], "compiled": []}
+    for _ in range(args.steps):
+        times["eager"].append(timed(eager, device))
+        times["compiled"].append(timed(compiled, device))
+    ms = {k: statistics.median(v) * 1e3 for k, v in times.items()}
+    return {
+        "step_ms": ms, "all_ms": {k: [round(t * 1e3, 1) for t in v] for k, v in times.items()},
+        "first_compiled_step_s": round(compile_s, 1), "compiled_over_eager": ms["compiled"] / ms["eager"],
+    }
+
+
+def cuda_graphs(args: argparse.Namespace, batch_size: int) -> dict:
+    """Graph vs eager, tensorized and dense, at one batch size (CUDA only)."""
+    device = torch.device("cuda")
+    batch = make_batch(batch_size, args.seq, device)
+    rows = {}
+    for kind, tensorized in (("tensorized", True), ("dense", False)):
+        model = build(args.layers, device, tensorized)
+        eager = step_fn(model, optimizer_for(model, args.optimizer), batch)
+        graph_model = copy.deepcopy(model)
+        graph_optimizer = optimizer_for(graph_model, args.optimizer, capturable=True)
+        entry = StepGraph(batch)
+        captured = step_fn(graph_model, graph_optimizer, entry.static_batch)
+        side = torch.cuda.Stream(device)
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side):
+            for _ in range(args.warmup):
+                captured()
+        torch.cuda.current_stream(device).wait_stream(side)
+        graph_optimizer.zero_grad(set_to_none=True)
+        entry.capture(captured)
+
+        def replay() -> None:
+            entry.load(batch)
+            entry.replay()
+
+        for _ in range(args.warmup):
+            eager(), replay()
+        times: dict[str, list[float]] = {"eager": [], "graph": []}
+        for _ in range(args.steps):
+            times["eager"].append(timed(eager, device))
+            times["graph"].append(timed(replay, device))
+        ms = {k: statistics.median(v) * 1e3 for k, v in times.items()}
+        rows[kind] = {"step_ms": ms, "graph_speedup": ms["eager"] / ms["graph"]}
+    rows["tensorized_graph_vs_dense_eager"] = rows["dense"]["step_ms"]["eager"] / rows["tensorized"]["step_ms"]["graph"]
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--seq", type=int, default=128)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--optimizer", choices=["adamw", "came"], default="adamw")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    parser.add_argument("--skip-cpu", action="store_true", help="only the CUDA comparison")
+    parser.add_argument("--out", default="benchmarks/results/strategy_speed.json")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    result: dict = {
+        "config": vars(args),
+        "machine": {
+            "platform": platform.platform(), "processor": platform.processor() or platform.machine(),
+            "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
+            "cuda": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+        },
+    }
+    lines = [f"Tensorized paper Transformer, {args.layers} layers, batch {args.batch} x {args.seq}, {args.optimizer}"]
+    if not args.skip_cpu:
+        cpu = result["cpu"] = cpu_compile(args)
+        lines += [
+            f"CPU ({result['machine']['torch_threads']} threads)   eager {cpu['step_ms']['eager']:8.1f} ms   "
+            f"torch.compile {cpu['step_ms']['compiled']:8.1f} ms   compiled/eager {cpu['compiled_over_eager']:.2f}x   "
+            f"(first compiled step {cpu['first_compiled_step_s']} s)",
+        ]
+    if torch.cuda.is_available():
+        result["cuda"] = {str(b): cuda_graphs(args, b) for b in (32, 1)}
+        for b, rows in result["cuda"].items():
+            for kind in ("tensorized", "dense"):
+                ms = rows[kind]["step_ms"]
+                lines.append(f"CUDA batch {b:>2} {kind:10s} eager {ms['eager']:7.2f} ms   graph {ms['graph']:7.2f} ms   "
+                             f"graph speedup {rows[kind]['graph_speedup']:.2f}x")
+            lines.append(f"CUDA batch {b:>2} tensorized+graph vs dense eager: {rows['tensorized_graph_vs_dense_eager']:.2f}x faster")
+    else:
+        lines.append("CUDA: no device here, the graph comparison did not run.")
+    print("\n".join(lines))
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

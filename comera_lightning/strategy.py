@@ -1,0 +1,562 @@
+"""CUDAGraphStrategy: a one-device Lightning strategy that replays the whole training step as a CUDA graph.
+
+Tensorized training launches many small kernels, and the CoMERA paper captures the whole step
+in a CUDA graph to remove their launch overhead (METHOD.md §3, last row). On CUDA, with automatic
+optimization, a training step runs like this:
+
+1. ``batch_to_device``: the batch moves to the GPU, is padded up to a length bucket when
+   ``buckets`` is set, and gets its *key*: the structure, shapes and dtypes of its tensors.
+2. ``optimizer_step``: for each key, the first ``warmup_steps`` steps run eagerly on a side
+   stream. The next one is captured: Lightning's own closure (``training_step`` with
+   ``ComeraCallback``'s objective, ``zero_grad``, ``backward``, the ``on_before_optimizer_step``
+   hooks, gradient clipping) and ``optimizer.step()`` all run under ``torch.cuda.graph`` on
+   static copies of the batch tensors. Every later step with that key copies its batch into
+   those copies and replays the graph: one launch for the whole step.
+3. Inside the captured ``training_step``, ``self.log`` and the calls of the module's torchmetrics
+   metrics are recorded instead of run, and re-issued after every replay with the step's device
+   tensors: logged values stay on the device and nothing in the step waits for the host.
+4. Rank pruning swaps in smaller parameters: ``ComeraCallback`` calls
+   :meth:`CUDAGraphStrategy.on_parameters_resized` after every prune, the stage switch and the
+   end of the late stage included, and every graph is dropped; the next steps warm up and
+   capture again at the new shapes (the new stage's objective included). Validation runs eagerly.
+
+The optimizer is made capturable when training starts (``capturable=True``, its ``step`` counts
+and learning rates moved to the device as tensors that LR schedulers update in place), which
+torch's Adam/AdamW and :class:`~comera_lightning.optim.CAME` support. Where graphs cannot apply,
+the strategy says why once and runs those steps eagerly, exactly as ``SingleDeviceStrategy``:
+
+* no CUDA device (or ``cuda_graphs=False``);
+* manual optimization, ``accumulate_grad_batches > 1``, ``16-mixed`` precision (its GradScaler
+  reads on the host whether to skip the step);
+* an optimizer without a ``capturable`` option (e.g. SGD, Adagrad);
+* batches that are not tensors, or dicts/lists/tuples of them (TorchRec's ``KeyedJaggedTensor``
+  is jagged: the DLRM steps run eagerly), batches longer than the largest bucket, more distinct
+  batch shapes than ``max_graphs``;
+* a training step that cannot be captured (a host sync such as ``.item()`` or boolean-mask
+  indexing, e.g. ``MaskedLanguageModel(head_on_masked_only=True)``): graphs are then off for the run.
+
+Limits of the captured step: Python in ``training_step`` runs only at capture (values it reads
+from the host are frozen then, e.g. ``batch_idx`` or ``self.global_step``); the hooks inside the
+step (``on_before_backward``, ``on_after_backward``, ``on_before_optimizer_step``) act only at
+capture, their tensor work is replayed; a metric's return value is not available inside the
+step (log the metric object); optimizer hyper-parameters other than ``lr`` are frozen at capture;
+``ComeraCallback``'s per-step finite-loss check (a host sync) is skipped while capturing.
+
+On CPU the strategy runs eagerly by default (the default strategy's code path). ``compile=True``
+compiles the module's children with ``torch.compile(dynamic=False)`` for training (validation
+stays eager), and resets the compiled code after each prune so it recompiles at the new shapes;
+``benchmarks/strategy_speed.py`` measures whether that pays off.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import Counter
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+from lightning.fabric.plugins import CheckpointIO
+from lightning.pytorch.plugins.precision import Precision
+from lightning.pytorch.strategies import SingleDeviceStrategy
+from lightning.pytorch.trainer.states import RunningStage
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
+from lightning_utilities.core.apply_func import apply_to_collection
+from torch import Tensor, nn
+from torchmetrics import Metric
+
+__all__ = [
+    "CUDAGraphStrategy", "GraphCache", "StepGraph", "UncapturableBatch",
+    "batch_key", "compiled_children", "deferring", "make_capturable_", "pad_to_bucket", "set_compiled",
+]
+
+EAGER, WARMUP, CAPTURE, REPLAY = "eager", "warmup", "capture", "replay"
+_MISSING = object()
+
+
+class UncapturableBatch(ValueError):
+    """A training batch that cannot go into a CUDA graph's static buffers; the message says why."""
+
+
+# ---------------------------------------------------------------------------------------- batches
+def _leaves(batch: Any, path: tuple = ()) -> Iterator[tuple[tuple, Tensor | None]]:
+    if batch is None or isinstance(batch, Tensor):
+        yield path, batch
+    elif isinstance(batch, Mapping):
+        for key, value in batch.items():
+            yield from _leaves(value, (*path, key))
+    elif isinstance(batch, (list, tuple)):
+        for i, value in enumerate(batch):
+            yield from _leaves(value, (*path, i))
+    else:
+        where = "the batch" if not path else f"batch{''.join(f'[{p!r}]' for p in path)}"
+        raise UncapturableBatch(
+            f"{where} is a {type(batch).__name__}: a CUDA graph needs batches of tensors (or dicts/lists/tuples "
+            "of them) whose shapes repeat; jagged inputs such as TorchRec's KeyedJaggedTensor change shape every batch"
+        )
+
+
+def batch_key(batch: Any) -> tuple:
+    """The graph key of a batch: where each tensor sits, its shape, dtype and device (raises :class:`UncapturableBatch`)."""
+    return tuple(
+        (path, None) if t is None else (path, tuple(t.shape), t.dtype, str(t.device)) for path, t in _leaves(batch)
+    )
+
+
+def pad_to_bucket(batch: Any, buckets: Sequence[int], pad_values: Mapping[str, float]) -> Any:
+    """Pad dim 1 (the sequence) of the ``pad_values`` keys of a dict batch up to the smallest bucket that holds it.
+
+    Keys of ``pad_values`` the batch lacks are ignored; a batch without any of them is returned as it is.
+    Raises :class:`UncapturableBatch` for a batch that is not a dict, keys that disagree on the length,
+    or a length above the largest bucket.
+    """
+    if not isinstance(batch, Mapping):
+        raise UncapturableBatch(f"buckets pad dict batches by key, got a batch of type {type(batch).__name__}")
+    keys = [k for k in pad_values if k in batch]
+    lengths = {k: batch[k].shape[1] for k in keys}
+    if len(set(lengths.values())) > 1:
+        raise UncapturableBatch(f"the keys to pad disagree on the sequence length (dim 1): {lengths}")
+    if not keys:
+        return batch
+    length = next(iter(lengths.values()))
+    target = next((b for b in sorted(buckets) if b >= length), None)
+    if target is None:
+        raise UncapturableBatch(f"a batch of sequence length {length} is longer than the largest bucket ({max(buckets)})")
+    if target == length:
+        return batch
+    padded = dict(batch)
+    for k in keys:
+        t = batch[k]
+        padded[k] = torch.nn.functional.pad(t, [0, 0] * (t.dim() - 2) + [0, target - length], value=pad_values[k])
+    return padded
+
+
+# ---------------------------------------------------------------------------------------- bookkeeping
+class GraphCache:
+    """Which batch keys warm up, get captured, replay or stay eager; pure Python, no CUDA needed.
+
+    A key is captured after ``warmup_steps`` eager steps with it, while fewer than ``max_graphs``
+    graphs exist; :meth:`invalidate` (every prune) forgets all graphs and warm-up counts.
+    """
+
+    def __init__(self, warmup_steps: int = 3, max_graphs: int = 8) -> None:
+        self.warmup_steps, self.max_graphs = warmup_steps, max_graphs
+        self.graphs: dict[Hashable, Any] = {}
+        self.warm: Counter = Counter()
+        self.captures = 0
+        self.invalidations = 0
+
+    def plan(self, key: Hashable) -> str:
+        """What the next step with ``key`` does: ``"replay"``, ``"warmup"``, ``"capture"`` or ``"eager"`` (cache full)."""
+        if key in self.graphs:
+            return REPLAY
+        if self.warm[key] < self.warmup_steps:
+            return WARMUP
+        return CAPTURE if len(self.graphs) < self.max_graphs else EAGER
+
+    def warmed(self, key: Hashable) -> None:
+        """Count one eager warm-up step with ``key``."""
+        self.warm[key] += 1
+
+    def store(self, key: Hashable, graph: Any) -> None:
+        """Keep the graph captured for ``key``."""
+        self.graphs[key] = graph
+        self.captures += 1
+
+    def invalidate(self) -> None:
+        """Drop every graph and warm-up count (shapes changed); counted in ``invalidations``."""
+        self.clear()
+        self.invalidations += 1
+
+    def clear(self) -> None:
+        """Drop every graph and warm-up count (training ended)."""
+        self.graphs.clear()
+        self.warm.clear()
+
+
+class StepGraph:
+    """One captured training step for one batch key: static batch tensors, the graph, and what the step returned.
+
+    ``deferred`` holds the calls recorded during capture (``log``, metric updates) that
+    :meth:`reissue` runs again after every replay.
+    """
+
+    def __init__(self, batch: Any) -> None:
+        self.static_batch = apply_to_collection(batch, Tensor, torch.clone)
+        self._static = [t for _, t in _leaves(self.static_batch) if t is not None]
+        self.graph: torch.cuda.CUDAGraph | None = None
+        self.outputs: Any = None
+        self.deferred: list[tuple[Callable, tuple, dict]] = []
+        self.grads: list[tuple[nn.Parameter, Tensor | None]] = []
+        self.param_ids: tuple[int, ...] = ()
+        self.replays = 0
+
+    def load(self, batch: Any) -> None:
+        """Copy ``batch`` (same key) into the static tensors, without a host sync."""
+        for dst, src in zip(self._static, (t for _, t in _leaves(batch) if t is not None)):
+            dst.copy_(src, non_blocking=True)
+
+    def capture(self, step: Callable[[], Any]) -> Any:
+        """Capture ``step()`` (which must read the batch from ``static_batch``); returns what it returned."""
+        graph = torch.cuda.CUDAGraph()
+        # thread_local: a DataLoader pin-memory thread may call CUDA while we capture
+        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+            result = step()
+        self.graph = graph
+        return result
+
+    def replay(self) -> None:
+        """Run the captured step on the batch last loaded."""
+        self.graph.replay()
+        self.replays += 1
+
+    def reissue(self) -> Any:
+        """Run the deferred calls again and return a copy of the step's outputs (the next replay overwrites them)."""
+        for fn, args, kwargs in self.deferred:
+            fn(*args, **kwargs)
+        return apply_to_collection(self.outputs, Tensor, lambda t: t.detach().clone())
+
+
+@contextmanager
+def deferring(module: nn.Module) -> Iterator[list[tuple[Callable, tuple, dict]]]:
+    """Record instead of running ``module.log`` and the ``forward``/``update`` calls of its torchmetrics metrics."""
+    calls: list[tuple[Callable, tuple, dict]] = []
+    targets = [(module, "log")] + [(m, name) for m in module.modules() if isinstance(m, Metric) for name in ("forward", "update")]
+    saved = []
+    for obj, name in targets:
+        saved.append((obj, name, obj.__dict__.get(name, _MISSING)))
+        original = getattr(obj, name)
+        obj.__dict__[name] = lambda *args, _fn=original, **kwargs: calls.append((_fn, args, kwargs))
+    try:
+        yield calls
+    finally:
+        for obj, name, value in reversed(saved):
+            if value is _MISSING:
+                del obj.__dict__[name]
+            else:
+                obj.__dict__[name] = value
+
+
+def make_capturable_(optimizer: torch.optim.Optimizer) -> dict[int, Tensor]:
+    """Let ``optimizer.step()`` run inside a CUDA graph, in place; returns the learning-rate tensors by group index.
+
+    Sets ``capturable=True``, moves ``step`` counts to their parameter's device and turns each
+    group's ``lr`` into a 0-dim float32 tensor there (LR schedulers then ``fill_`` it in place).
+    The optimizer must have a ``capturable`` option (torch's Adam/AdamW, CAME, ...).
+    """
+    if "capturable" not in optimizer.defaults:
+        raise ValueError(f"{type(optimizer).__name__} has no 'capturable' option; its step() cannot be captured.")
+    optimizer.defaults["capturable"] = True
+    lrs = {}
+    for i, group in enumerate(optimizer.param_groups):
+        group["capturable"] = True
+        if group["params"]:
+            device = group["params"][0].device
+            lr = group["lr"]
+            lr = lr.to(device=device, dtype=torch.float32) if isinstance(lr, Tensor) else torch.tensor(float(lr), device=device)
+            group["lr"] = lrs[i] = lr
+    for param, state in optimizer.state.items():
+        step = state.get("step")
+        if isinstance(step, Tensor) and step.device != param.device:
+            state["step"] = step.to(device=param.device, dtype=torch.float32)
+    return lrs
+
+
+def compiled_children(module: nn.Module) -> list[tuple[nn.Module, Callable]]:
+    """``torch.compile(dynamic=False)`` of each child of ``module`` that holds parameters (metrics excluded), not yet in use."""
+    return [
+        (child, torch.compile(child._call_impl, dynamic=False))
+        for child in module.children()
+        if not isinstance(child, Metric) and next(child.parameters(), None) is not None
+    ]
+
+
+def set_compiled(children: Sequence[tuple[nn.Module, Callable]], on: bool) -> None:
+    """Make each child's calls go through its compiled version (``on``) or back to eager, as ``nn.Module.compile`` does."""
+    for child, compiled in children:
+        child._compiled_call_impl = compiled if on else None
+
+
+# ---------------------------------------------------------------------------------------- the strategy
+class CUDAGraphStrategy(SingleDeviceStrategy):
+    """One-device strategy that captures the whole training step in a CUDA graph and re-captures after each prune.
+
+    Args:
+        device: the device; default ``cuda:0`` when the Trainer's accelerator is CUDA, else ``cpu``.
+        cuda_graphs: capture on CUDA (``False``: eager, like ``SingleDeviceStrategy``).
+        warmup_steps: eager steps per batch shape before its capture (also after every re-capture request).
+        max_graphs: most graphs kept at once (one per batch shape); other shapes run eagerly.
+        buckets: sequence lengths to pad training batches up to (one graph each); needs ``pad_values``.
+        pad_values: dict-batch keys to pad along dim 1 and their pad value, e.g.
+            ``{input_ids: 0, attention_mask: 0, token_type_ids: 0}`` (labels of a masked LM: -100).
+        compile: on CPU, ``torch.compile(dynamic=False)`` the module's children for training.
+        accelerator, checkpoint_io, precision_plugin: as for ``SingleDeviceStrategy``.
+    """
+
+    def __init__(
+        self,
+        device: str | None = None,
+        accelerator: pl.accelerators.Accelerator | None = None,
+        checkpoint_io: CheckpointIO | None = None,
+        precision_plugin: Precision | None = None,
+        *,
+        cuda_graphs: bool = True,
+        warmup_steps: int = 3,
+        max_graphs: int = 8,
+        buckets: list[int] | None = None,
+        pad_values: dict[str, float] | None = None,
+        compile: bool = False,
+    ) -> None:
+        for name, value in (("warmup_steps", warmup_steps), ("max_graphs", max_graphs)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {value!r}.")
+        if buckets is not None:
+            if not buckets or any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in buckets):
+                raise ValueError(f"buckets must be a non-empty list of positive sequence lengths, got {buckets!r}.")
+            if not pad_values:
+                raise ValueError(
+                    "buckets need pad_values naming the batch keys to pad and their pad value, "
+                    "e.g. {input_ids: 0, attention_mask: 0, token_type_ids: 0}."
+                )
+        elif pad_values:
+            raise ValueError(f"pad_values={pad_values!r} is only used with buckets; set buckets (e.g. [64, 128]) too.")
+        super().__init__(
+            device=device if device is not None else "cpu",
+            accelerator=accelerator, checkpoint_io=checkpoint_io, precision_plugin=precision_plugin,
+        )
+        self._device_given = device is not None
+        self.cuda_graphs, self.compile = cuda_graphs, compile
+        self.buckets = sorted(set(buckets)) if buckets else None
+        self.pad_values = dict(pad_values or {})
+        self.graph_cache = GraphCache(warmup_steps, max_graphs)
+        self.refusal: str | None = "training has not started"  # why steps run eagerly (None: graphs on)
+        self._said: set[str] = set()
+        self._mode: str | None = None  # CAPTURE / REPLAY while optimizer_step runs Lightning's closure
+        self._entry: StepGraph | None = None
+        self._step_batch: Any = None
+        self._step_key: tuple | None = None
+        self._step_refusal: str | None = None
+        self._lrs: list[tuple[dict, Tensor]] = []
+        self._side_stream: torch.cuda.Stream | None = None
+        self._compiled: list[tuple[nn.Module, Callable]] = []
+        self._compiled_shapes: set[tuple] = set()
+
+    @property
+    def root_device(self) -> torch.device:
+        """The device given, else ``cuda:0`` under a CUDA accelerator (or with none yet and CUDA present), else CPU."""
+        if self._device_given:
+            return self._root_device
+        from lightning.pytorch.accelerators import CUDAAccelerator
+
+        accelerator = self._accelerator
+        cuda = isinstance(accelerator, CUDAAccelerator) or (accelerator is None and torch.cuda.is_available())
+        return torch.device("cuda", 0) if cuda else torch.device("cpu")
+
+    # ------------------------------------------------------------------ when graphs apply
+    def capture_refusal(self, trainer: pl.Trainer) -> str | None:
+        """Why this run's training steps cannot be captured (``None``: they can)."""
+        module = trainer.lightning_module
+        if not self.cuda_graphs:
+            return "cuda_graphs=False"
+        if self.root_device.type != "cuda":
+            return f"no CUDA device (training on {self.root_device.type})"
+        if not module.automatic_optimization:
+            return "manual optimization: only Lightning's automatic optimization step can be captured"
+        if trainer.accumulate_grad_batches > 1:
+            return f"accumulate_grad_batches={trainer.accumulate_grad_batches}: gradient accumulation is not captured; use 1"
+        if getattr(self.precision_plugin, "scaler", None) is not None:
+            return "16-mixed precision: its GradScaler reads on the host whether to skip a step; use bf16-mixed or 32-true"
+        if len(self.optimizers) != 1:
+            return f"{len(self.optimizers)} optimizers: one is captured"
+        optimizer = self.optimizers[0]
+        if "capturable" not in optimizer.defaults:
+            return (
+                f"{type(optimizer).__name__} has no 'capturable' option, so its step cannot run in a CUDA graph; "
+                "use torch.optim.AdamW/Adam or comera_lightning.CAME"
+            )
+        return None
+
+    def _say(self, message: str, *, warn: bool = True) -> None:
+        """Tell the user once: a warning, or an info line for what is expected (e.g. no CUDA)."""
+        if message not in self._said:
+            self._said.add(message)
+            rank_zero_warn(f"CUDAGraphStrategy: {message}") if warn else rank_zero_info(f"CUDAGraphStrategy: {message}")
+
+    def _refuse(self, reason: str, *, warn: bool = True) -> None:
+        self._say(f"{reason}; these training steps run eagerly.", warn=warn)
+
+    def _graphs_on(self) -> bool:
+        return self.refusal is None
+
+    def _compiling(self) -> bool:
+        return bool(self._compiled)
+
+    # ------------------------------------------------------------------ lifecycle
+    def on_train_start(self) -> None:
+        """Decide whether steps are captured; make the optimizer capturable or compile the module (CPU)."""
+        super().on_train_start()
+        trainer = self.lightning_module.trainer
+        self.graph_cache = GraphCache(self.graph_cache.warmup_steps, self.graph_cache.max_graphs)
+        self.refusal = self.capture_refusal(trainer)
+        if self.refusal is not None:
+            self._refuse(self.refusal, warn=self.cuda_graphs and self.root_device.type == "cuda")
+        else:
+            optimizer = self.optimizers[0]
+            self._lrs = [(optimizer.param_groups[i], lr) for i, lr in make_capturable_(optimizer).items()]
+            self._side_stream = torch.cuda.Stream(self.root_device)
+        if self.compile and self.root_device.type == "cpu":
+            self._compiled = compiled_children(self.lightning_module)
+            set_compiled(self._compiled, True)
+            rank_zero_info(f"CUDAGraphStrategy: torch.compile(dynamic=False) on {len(self._compiled)} submodules for training.")
+        elif self.compile:
+            self._say("compile=True applies on CPU only (on CUDA the step is captured in a graph instead).", warn=False)
+
+    def on_train_end(self) -> None:
+        """Free the graphs and return to the eager module."""
+        super().on_train_end()
+        self.graph_cache.clear()
+        self._lrs, self._side_stream = [], None
+        set_compiled(self._compiled, False)
+        self._compiled, self._compiled_shapes = [], set()
+
+    def on_validation_start(self) -> None:
+        """Validation runs eagerly (also the compiled children)."""
+        super().on_validation_start()
+        set_compiled(self._compiled, False)
+
+    def on_validation_end(self) -> None:
+        """Back to the compiled children for training."""
+        super().on_validation_end()
+        set_compiled(self._compiled, True)
+
+    def teardown(self) -> None:
+        """Free the graphs before the module leaves the device."""
+        self.graph_cache.clear()
+        super().teardown()
+
+    def on_parameters_resized(self) -> None:
+        """Parameters were replaced by pruned ones (ComeraCallback calls this): drop graphs and compiled code."""
+        self.graph_cache.invalidate()
+        if self._compiling():
+            torch.compiler.reset()
+            self._compiled_shapes.clear()
+
+    # ------------------------------------------------------------------ the step
+    def batch_to_device(self, batch: Any, device: torch.device | None = None, dataloader_idx: int = 0) -> Any:
+        """Move the batch; for a training step that is captured or compiled, pad it to its bucket and key it."""
+        batch = super().batch_to_device(batch, device, dataloader_idx)
+        module = self.lightning_module
+        trainer = module._trainer if module is not None else None
+        if trainer is None or trainer.state.stage != RunningStage.TRAINING or not (self._graphs_on() or self._compiling()):
+            return batch
+        self._step_key = self._step_refusal = None
+        try:
+            if self.buckets:
+                batch = pad_to_bucket(batch, self.buckets, self.pad_values)
+            self._step_key = batch_key(batch)
+        except UncapturableBatch as err:
+            self._step_refusal = str(err)
+        self._step_batch = batch
+        if self._compiling() and self._step_key is not None:
+            self._compiled_shapes.add(self._step_key)
+            if len(self._compiled_shapes) > self.graph_cache.max_graphs:
+                self._say(f"more than max_graphs={self.graph_cache.max_graphs} batch shapes, each compiled anew; set buckets.")
+        return batch
+
+    def training_step(self, *args: Any, **kwargs: Any) -> Any:
+        """The module's training step; while capturing, on the static batch with side effects deferred; on replay, its outputs."""
+        if self._mode == REPLAY:
+            return self._entry.reissue()
+        if self._mode == CAPTURE:
+            with deferring(self.lightning_module) as calls:
+                outputs = super().training_step(self._entry.static_batch, *args[1:], **kwargs)
+            self._entry.outputs, self._entry.deferred = outputs, calls
+            return outputs
+        return super().training_step(*args, **kwargs)
+
+    def backward(self, closure_loss: Tensor, optimizer: torch.optim.Optimizer | None, *args: Any, **kwargs: Any) -> Tensor:
+        """Backward, except on replay (the graph did it)."""
+        if self._mode == REPLAY:
+            return closure_loss
+        return super().backward(closure_loss, optimizer, *args, **kwargs)
+
+    def optimizer_step(self, optimizer: torch.optim.Optimizer, closure: Callable[[], Any], model: Any = None, **kwargs: Any) -> Any:
+        """Run the step eagerly, as a warm-up on a side stream, captured then replayed, or replayed."""
+        eager = functools.partial(super().optimizer_step, optimizer, closure, model, **kwargs)
+        batch, key, refusal = self._step_batch, self._step_key, self._step_refusal
+        self._step_batch = self._step_key = self._step_refusal = None
+        if not self._graphs_on():
+            return eager()
+        if batch is None:
+            refusal = "the training batch did not pass through batch_to_device (a training_step taking a dataloader_iter?)"
+        if refusal is not None:
+            self._refuse(refusal)
+            return eager()
+        entry = self.graph_cache.graphs.get(key)
+        if entry is not None and entry.param_ids != self._param_ids():
+            self._say("parameters were replaced without on_parameters_resized(); graphs are captured anew.", warn=False)
+            self.graph_cache.invalidate()
+        plan = self.graph_cache.plan(key)
+        if plan == EAGER:
+            self._refuse(f"more than max_graphs={self.graph_cache.max_graphs} batch shapes; set buckets or pad in the data")
+            return eager()
+        if plan == WARMUP:
+            self.graph_cache.warmed(key)
+            return self._on_side_stream(eager)
+        if plan == CAPTURE:
+            entry = self._capture(key, batch, optimizer, eager)
+            if entry is None:
+                return eager()
+        else:
+            entry = self.graph_cache.graphs[key]
+            entry.load(batch)
+        return self._replay(entry, closure)
+
+    def _on_side_stream(self, run: Callable[[], Any]) -> Any:
+        current = torch.cuda.current_stream(self.root_device)
+        self._side_stream.wait_stream(current)
+        with torch.cuda.stream(self._side_stream):
+            result = run()
+        current.wait_stream(self._side_stream)
+        return result
+
+    def _param_ids(self) -> tuple[int, ...]:
+        return tuple(map(id, self.lightning_module.parameters()))
+
+    def _capture(self, key: tuple, batch: Any, optimizer: torch.optim.Optimizer, eager: Callable[[], Any]) -> StepGraph | None:
+        entry = StepGraph(batch)
+        optimizer.zero_grad(set_to_none=True)  # backward then allocates the gradients from the graph's pool
+        stream = torch.cuda.current_stream(self.root_device)
+        self._mode, self._entry = CAPTURE, entry
+        try:
+            entry.capture(eager)
+        except Exception as err:  # any failure: say why, stay eager for the rest of the run
+            torch.cuda.set_stream(stream)
+            optimizer.zero_grad(set_to_none=True)
+            self.refusal = f"capturing the training step failed ({type(err).__name__}: {err})"
+            self._refuse(self.refusal)
+            return None
+        finally:
+            self._mode = self._entry = None
+        params = list(self.lightning_module.parameters())
+        entry.grads = [(p, p.grad) for p in params]
+        entry.param_ids = tuple(map(id, params))
+        self.graph_cache.store(key, entry)
+        return entry
+
+    def _replay(self, entry: StepGraph, closure: Callable[[], Any]) -> Any:
+        for group, lr in self._lrs:  # a learning rate set as a float (not through fill_) goes into the graph's tensor
+            if group["lr"] is not lr:
+                lr.copy_(group["lr"]) if isinstance(group["lr"], Tensor) else lr.fill_(float(group["lr"]))
+                group["lr"] = lr
+        entry.replay()
+        self._mode, self._entry = REPLAY, entry
+        try:
+            loss = closure()  # Lightning's bookkeeping: training_step re-logs and returns the outputs, no backward
+        finally:
+            self._mode = self._entry = None
+        for param, grad in entry.grads:  # the closure's zero_grad dropped them; the graph wrote this step's
+            param.grad = grad
+        return loss

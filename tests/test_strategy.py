@@ -1,0 +1,365 @@
+"""CUDAGraphStrategy: the CPU path with the callback and pruning, the graph bookkeeping, refusals, YAML, GPU parity."""
+
+from __future__ import annotations
+
+import csv
+import logging
+from pathlib import Path
+from types import SimpleNamespace
+
+import lightning as L
+import pytest
+import torch
+from lightning.pytorch.loggers import CSVLogger
+from lightning.pytorch.plugins.precision import MixedPrecision
+from lightning.pytorch.strategies import SingleDeviceStrategy
+from plain_modules import PlainClassifier, loaders
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+from torchmetrics.classification import MulticlassAccuracy
+
+from comera_lightning import CAME, ComeraCallback, CUDAGraphStrategy
+from comera_lightning.cli import ComeraCLI
+from comera_lightning.strategy import (
+    CAPTURE,
+    EAGER,
+    REPLAY,
+    WARMUP,
+    GraphCache,
+    StepGraph,
+    UncapturableBatch,
+    batch_key,
+    deferring,
+    make_capturable_,
+    pad_to_bucket,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def callback(**kwargs) -> ComeraCallback:
+    kwargs.setdefault("max_rank", 8)
+    kwargs.setdefault("rank_weight", 0.5)
+    kwargs.setdefault("target_ratio", 0.3)
+    return ComeraCallback(**kwargs)
+
+
+def fit(tmp_path, strategy, model=None, cb=None, accelerator="cpu", logger=False, data=None, **kwargs):
+    L.seed_everything(0)
+    model = model or PlainClassifier()
+    cb = cb or callback(early_epochs=2)
+    kwargs.setdefault("max_epochs", 4)
+    trainer = L.Trainer(
+        accelerator=accelerator, devices=1, strategy=strategy, callbacks=[cb], logger=logger,
+        default_root_dir=tmp_path, enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False,
+        log_every_n_steps=1, **kwargs,
+    )
+    trainer.fit(model, *(data or loaders()))
+    return model, cb, trainer
+
+
+# ---------------------------------------------------------------------------------------- CPU runs
+def test_cpu_fit_with_callback_and_pruning_matches_the_default_strategy(tmp_path, caplog):
+    with caplog.at_level(logging.INFO):
+        model, cb, trainer = fit(tmp_path, CUDAGraphStrategy())
+    strategy = trainer.strategy
+    assert strategy.root_device == torch.device("cpu")
+    assert strategy.refusal == "no CUDA device (training on cpu)"
+    assert caplog.text.count("CUDAGraphStrategy: no CUDA device") == 1, "the reason is said once"
+    assert cb.stage == "late" and cb.prune_events >= 2
+    assert strategy.graph_cache.invalidations == cb.prune_events, "every prune (stage switch included) invalidates"
+    assert sum(model.encoder[0].physical_ranks) < 4 + 8 + 8 + 8 + 8, "ranks shrink physically"
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+
+    reference, _, _ = fit(tmp_path, SingleDeviceStrategy("cpu"))
+    for (name, p), q in zip(model.state_dict().items(), reference.state_dict().values()):
+        assert torch.equal(p, q), f"{name}: on CPU the strategy must run exactly the default step"
+
+
+def test_cpu_fit_with_came_and_a_step_schedule(tmp_path):
+    cb = callback(early_steps=4, late_steps=6, prune_every_n_steps=2)
+    model, cb, trainer = fit(tmp_path, CUDAGraphStrategy(), model=PlainClassifier(optimizer="came"), cb=cb, max_steps=12)
+    assert cb.stage == "final" and trainer.strategy.graph_cache.invalidations == cb.prune_events >= 3
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+
+
+# ---------------------------------------------------------------------------------------- bookkeeping
+def test_graph_cache_warms_up_captures_replays_and_forgets_on_invalidate():
+    cache = GraphCache(warmup_steps=2, max_graphs=2)
+    plans = []
+    for _ in range(4):
+        plan = cache.plan("a")
+        plans.append(plan)
+        if plan == WARMUP:
+            cache.warmed("a")
+        elif plan == CAPTURE:
+            cache.store("a", "graph a")
+    assert plans == [WARMUP, WARMUP, CAPTURE, REPLAY]
+    cache.warmed("b"), cache.warmed("b")
+    cache.store("b", "graph b")
+    cache.warmed("c"), cache.warmed("c")
+    assert cache.plan("c") == EAGER, "no room for a third shape"
+    assert cache.captures == 2
+    cache.invalidate()  # a prune: shapes changed
+    assert cache.plan("a") == WARMUP and not cache.graphs and cache.invalidations == 1
+    cache.clear()
+    assert cache.invalidations == 1, "clearing at the end of training is not an invalidation"
+
+
+def test_batch_key_follows_structure_shape_and_dtype_and_refuses_non_tensors():
+    x, y = torch.zeros(4, 8), torch.zeros(4, dtype=torch.long)
+    assert batch_key((x, y)) == batch_key((x + 1, y + 1))
+    assert batch_key((x, y)) != batch_key((torch.zeros(3, 8), y))
+    assert batch_key((x, y)) != batch_key((x.double(), y))
+    assert batch_key({"a": x, "b": y}) != batch_key((x, y))
+    assert batch_key({"a": x, "mask": None}) == batch_key({"a": x, "mask": None})
+    with pytest.raises(UncapturableBatch, match=r"batch\['ids'\] is a str"):
+        batch_key({"ids": "abc"})
+    with pytest.raises(UncapturableBatch, match="the batch is a SimpleNamespace.*KeyedJaggedTensor"):
+        batch_key(SimpleNamespace(dense=x))
+
+
+def test_padding_to_buckets():
+    batch = {"input_ids": torch.ones(2, 5, dtype=torch.long), "attention_mask": torch.ones(2, 5), "labels": torch.ones(2)}
+    pads = {"input_ids": 7, "attention_mask": 0}
+    padded = pad_to_bucket(batch, [4, 8, 16], pads)
+    assert padded["input_ids"].shape == (2, 8) and padded["input_ids"][:, 5:].eq(7).all()
+    assert padded["attention_mask"][:, 5:].eq(0).all() and padded["attention_mask"][:, :5].eq(1).all()
+    assert padded["labels"] is batch["labels"], "keys not in pad_values stay as they are"
+    assert pad_to_bucket(batch, [5, 8], pads) is batch, "a batch at a bucket's length is not copied"
+    three_d = pad_to_bucket({"h": torch.ones(2, 3, 4)}, [6], {"h": -1.0})["h"]
+    assert three_d.shape == (2, 6, 4) and three_d[:, 3:].eq(-1).all()
+    with pytest.raises(UncapturableBatch, match="sequence length 5 is longer than the largest bucket \\(4\\)"):
+        pad_to_bucket(batch, [4], pads)
+    with pytest.raises(UncapturableBatch, match="disagree"):
+        pad_to_bucket({"input_ids": torch.ones(2, 5), "attention_mask": torch.ones(2, 6)}, [8], pads)
+    with pytest.raises(UncapturableBatch, match="dict batches"):
+        pad_to_bucket((torch.ones(2, 5),), [8], pads)
+
+
+def test_step_graph_static_batch_and_reissued_outputs_without_cuda():
+    batch = {"x": torch.arange(6.0).view(2, 3), "y": torch.tensor([0, 1])}
+    entry = StepGraph(batch)
+    assert entry.static_batch["x"] is not batch["x"] and torch.equal(entry.static_batch["x"], batch["x"])
+    entry.load({"x": torch.ones(2, 3), "y": torch.tensor([1, 1])})
+    assert entry.static_batch["x"].eq(1).all() and entry.static_batch["y"].eq(1).all()
+    seen = []
+    entry.outputs = {"loss": torch.tensor(2.0), "n": 3}
+    entry.deferred = [(seen.append, ("logged",), {})]
+    out = entry.reissue()
+    assert seen == ["logged"] and out["n"] == 3
+    assert out["loss"] is not entry.outputs["loss"] and out["loss"].item() == 2.0, "a copy: the next replay overwrites"
+
+
+def test_deferring_records_log_and_metric_calls_then_restores_them():
+    module = PlainClassifier()
+    module.acc = MulticlassAccuracy(4, average="micro")
+    preds, target = torch.tensor([0, 1, 2]), torch.tensor([0, 1, 1])
+    with deferring(module) as calls:
+        module.log("train_loss", torch.tensor(1.0), on_step=True)
+        module.acc(preds, target)
+        module.acc.update(preds, target)
+    assert [fn.__name__ for fn, _, _ in calls] == ["log", "forward", "update"]
+    assert calls[0][1][0] == "train_loss" and calls[0][2] == {"on_step": True}
+    assert module.acc.update_count == 0, "nothing ran while recording"
+    assert "log" not in module.__dict__ and "forward" not in module.acc.__dict__, "originals are back"
+    for fn, args, kwargs in calls[1:]:
+        fn(*args, **kwargs)
+    assert module.acc.update_count == 2 and module.acc.compute() == pytest.approx(2 / 3)
+
+
+def test_init_arguments_are_checked():
+    with pytest.raises(ValueError, match="buckets need pad_values"):
+        CUDAGraphStrategy(buckets=[64, 128])
+    with pytest.raises(ValueError, match="only used with buckets"):
+        CUDAGraphStrategy(pad_values={"input_ids": 0})
+    with pytest.raises(ValueError, match="warmup_steps must be an integer >= 1, got 0"):
+        CUDAGraphStrategy(warmup_steps=0)
+    with pytest.raises(ValueError, match="positive sequence lengths"):
+        CUDAGraphStrategy(buckets=[0], pad_values={"input_ids": 0})
+    assert CUDAGraphStrategy(device="cpu").root_device == torch.device("cpu")
+    assert CUDAGraphStrategy(buckets=[128, 64, 64], pad_values={"input_ids": 0}).buckets == [64, 128]
+
+
+def _refusal(optimizer=None, *, device="cuda:0", automatic=True, accumulate=1, precision=None, **kwargs):
+    strategy = CUDAGraphStrategy(device=device, precision_plugin=precision, **kwargs)
+    module = PlainClassifier()
+    module.automatic_optimization = automatic
+    strategy.optimizers = [optimizer or torch.optim.AdamW(module.parameters())]
+    return strategy.capture_refusal(SimpleNamespace(lightning_module=module, accumulate_grad_batches=accumulate))
+
+
+def test_what_the_strategy_refuses_to_capture_and_why():
+    assert _refusal() is None
+    assert _refusal(CAME([nn.Parameter(torch.zeros(2, 2))], lr=1e-3)) is None
+    assert _refusal(device="cpu") == "no CUDA device (training on cpu)"
+    assert _refusal(cuda_graphs=False) == "cuda_graphs=False"
+    assert "manual optimization" in _refusal(automatic=False)
+    assert "accumulate_grad_batches=4" in _refusal(accumulate=4)
+    with pytest.warns(UserWarning):  # no CUDA here: torch disables the scaler, but Lightning still uses one
+        precision = MixedPrecision("16-mixed", "cuda")
+    assert "16-mixed" in _refusal(precision=precision)
+    assert "SGD has no 'capturable' option" in _refusal(torch.optim.SGD([nn.Parameter(torch.zeros(2))], lr=0.1))
+
+
+def test_make_capturable_puts_steps_and_learning_rates_on_tensors_that_schedulers_update():
+    params = [nn.Parameter(torch.randn(4, 3)), nn.Parameter(torch.randn(3))]
+    optimizer = CAME([{"params": params[:1]}, {"params": params[1:], "lr": 1e-2}], lr=1e-3)
+    sum(p.sum() for p in params).backward()
+    optimizer.step()
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 0.5 ** step)
+    lrs = make_capturable_(optimizer)
+    assert all(g["capturable"] for g in optimizer.param_groups) and optimizer.defaults["capturable"]
+    assert [float(lr) for lr in lrs.values()] == pytest.approx([1e-3, 1e-2])
+    assert optimizer.param_groups[0]["lr"] is lrs[0]
+    optimizer.step()
+    scheduler.step()
+    assert optimizer.param_groups[0]["lr"] is lrs[0] and float(lrs[0]) == pytest.approx(5e-4), "updated in place"
+    assert all(isinstance(s["step"], torch.Tensor) for s in optimizer.state.values())
+    with pytest.raises(ValueError, match="SGD has no 'capturable' option"):
+        make_capturable_(torch.optim.SGD(params, lr=0.1))
+
+
+# ---------------------------------------------------------------------------------------- YAML / CLI
+def test_tiny_transformer_config_selects_the_strategy_through_the_cli(tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    monkeypatch.setenv("COMERA_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+    cli = ComeraCLI(args=[
+        "fit", "--config", str(ROOT / "configs" / "transformer_tiny.yaml"),
+        "--data.init_args.limit_train_samples", "128", "--data.init_args.limit_eval_samples", "32",
+        "--trainer.strategy.init_args.buckets", "[32, 64]",
+        "--trainer.strategy.init_args.pad_values", "{input_ids: 0, attention_mask: 0, token_type_ids: 0}",
+        "--trainer.max_steps", "3", "--trainer.limit_train_batches", "3", "--trainer.limit_val_batches", "1",
+        "--comera.early_epochs", "null", "--comera.late_epochs", "null", "--comera.prune_every_n_epochs", "null",
+        "--comera.early_steps", "1", "--comera.late_steps", "1",
+        "--trainer.enable_progress_bar", "false", "--trainer.default_root_dir", str(tmp_path),
+    ])
+    strategy = cli.trainer.strategy
+    assert isinstance(strategy, CUDAGraphStrategy) and strategy.buckets == [32, 64]
+    assert cli.trainer.global_step == 3 and strategy.graph_cache.invalidations >= 2
+
+
+# ---------------------------------------------------------------------------------------- torch.compile (CPU)
+@pytest.mark.slow
+def test_cpu_compile_recompiles_after_a_prune_and_validates_eagerly(tmp_path):
+    cb = callback(early_steps=3, late_steps=3, prune_every_n_steps=3)
+    strategy = CUDAGraphStrategy(compile=True)
+    model = PlainClassifier()
+    compiled_during_validation = []
+    model.on_validation_batch_start = lambda *_: compiled_during_validation.append(model.encoder._compiled_call_impl)
+    model, cb, trainer = fit(tmp_path, strategy, model=model, cb=cb, max_steps=8, val_check_interval=4, limit_val_batches=1)
+    assert cb.prune_events >= 2 and strategy.graph_cache.invalidations == cb.prune_events
+    assert compiled_during_validation and all(c is None for c in compiled_during_validation)
+    assert model.encoder._compiled_call_impl is None, "the module is eager again after fit"
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+
+
+# ---------------------------------------------------------------------------------------- GPU
+class TokenDataset(Dataset):
+    """Token sequences of 3..8 tokens (first half) and 9..12 (second half); label = first token's parity."""
+
+    def __init__(self, n: int = 96) -> None:
+        g = torch.Generator().manual_seed(0)
+        lengths = [3 + i % 6 if i < n // 2 else 9 + i % 4 for i in range(n)]
+        self.items = [torch.randint(1, 50, (length,), generator=g) for length in lengths]
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        return self.items[i]
+
+
+def collate_longest(items: list[torch.Tensor]) -> dict[str, torch.Tensor]:
+    length = max(len(t) for t in items)
+    ids = torch.zeros(len(items), length, dtype=torch.long)
+    for row, t in enumerate(items):
+        ids[row, : len(t)] = t
+    return {"input_ids": ids, "attention_mask": (ids != 0).float(), "labels": ids[:, 0] % 2}
+
+
+class MaskedMeanClassifier(L.LightningModule):
+    """Embedding, masked mean over tokens, MLP head: padding does not change its loss."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(50, 64)
+        self.mlp = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 64), nn.ReLU(), nn.Linear(64, 2))
+        self.acc = MulticlassAccuracy(2)
+
+    def training_step(self, batch, batch_idx):
+        mask = batch["attention_mask"].unsqueeze(-1)
+        pooled = (self.embed(batch["input_ids"]) * mask).sum(1) / mask.sum(1)
+        logits = self.mlp(pooled)
+        loss = nn.functional.cross_entropy(logits, batch["labels"])
+        self.acc(logits.argmax(-1), batch["labels"])
+        self.log("train_loss", loss)
+        self.log("train_acc", self.acc)
+        return loss
+
+    def configure_optimizers(self):
+        return torch.optim.AdamW(self.parameters(), lr=3e-3)
+
+
+def _params(model):
+    return {k: v.detach().cpu() for k, v in model.state_dict().items()}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("optimizer", ["adamw", "came"])
+def test_gpu_captured_steps_give_the_eager_weights_across_prunes(tmp_path, optimizer):
+    schedule = dict(early_steps=6, late_steps=12, prune_every_n_steps=4)
+    runs = {}
+    for name, warmup in (("graph", 2), ("eager", 10**6)):  # same capturable optimizer; the second never captures
+        strategy = CUDAGraphStrategy(warmup_steps=warmup)
+        model, cb, _ = fit(tmp_path / name, strategy, model=PlainClassifier(optimizer=optimizer),
+                           cb=callback(**schedule), accelerator="cuda", max_steps=24)
+        runs[name] = (model, cb, strategy)
+    (graphed, cb, strategy), (eager, eager_cb, _) = runs["graph"], runs["eager"]
+    assert strategy.refusal is None and strategy.graph_cache.captures >= 3, "captured before and after prunes"
+    assert strategy.graph_cache.invalidations == cb.prune_events >= 3
+    assert cb.prune_events == eager_cb.prune_events
+    for (name, p), q in zip(_params(graphed).items(), _params(eager).values()):
+        assert p.shape == q.shape, f"{name}: the same ranks were pruned"
+        torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5, msg=f"{name} differs after captured steps")
+
+
+@pytest.mark.gpu
+def test_gpu_buckets_capture_one_graph_each_and_logs_follow_every_replay(tmp_path):
+    data = (DataLoader(TokenDataset(), batch_size=8, collate_fn=collate_longest),)
+    pads = {"input_ids": 0, "attention_mask": 0}
+    logs = {}
+    for name, warmup in (("graph", 1), ("eager", 10**6)):
+        strategy = CUDAGraphStrategy(warmup_steps=warmup, buckets=[8, 16], pad_values=pads)
+        logger = CSVLogger(tmp_path, name=name)
+        L.seed_everything(0)
+        model = MaskedMeanClassifier()
+        trainer = L.Trainer(accelerator="cuda", devices=1, strategy=strategy, max_epochs=3, logger=logger,
+                            log_every_n_steps=1, enable_progress_bar=False, enable_checkpointing=False)
+        trainer.fit(model, *data)
+        rows = list(csv.DictReader(open(Path(logger.log_dir) / "metrics.csv")))
+        logs[name] = [float(r["train_loss"]) for r in rows if r.get("train_loss")]
+        if name == "graph":
+            assert strategy.refusal is None and strategy.graph_cache.captures == 2, "one graph per bucket (8 and 16)"
+    assert len(set(logs["graph"])) > len(logs["graph"]) // 2, "logged values change with every replay"
+    torch.testing.assert_close(torch.tensor(logs["graph"]), torch.tensor(logs["eager"]), rtol=1e-4, atol=1e-5)
+
+
+class SyncingClassifier(PlainClassifier):
+    """Reads the loss on the host inside the step: cannot be captured."""
+
+    def training_step(self, batch, batch_idx):
+        loss = super().training_step(batch, batch_idx)
+        if loss.item() > 1e9:
+            raise AssertionError("unreachable")
+        return loss
+
+
+@pytest.mark.gpu
+def test_gpu_a_step_that_cannot_be_captured_runs_eagerly_with_a_warning(tmp_path):
+    strategy = CUDAGraphStrategy(warmup_steps=1)
+    with pytest.warns(UserWarning, match="capturing the training step failed"):
+        model, cb, _ = fit(tmp_path, strategy, model=SyncingClassifier(), accelerator="cuda", max_epochs=3)
+    assert strategy.refusal.startswith("capturing the training step failed") and strategy.graph_cache.captures == 0
+    assert cb.prune_events >= 1 and all(torch.isfinite(p).all() for p in model.parameters())
