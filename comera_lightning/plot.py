@@ -51,7 +51,10 @@ def plot_compression(metrics_csv: str | Path, out: str | Path | None = None, tit
     series = read_metrics(metrics_csv)
     ratio_keys = [k for k in ("comera/compression_tt_active", "comera/compression_tt", "comera/compression_model") if k in series]
     if not ratio_keys:
-        raise ValueError(f"{metrics_csv} holds no comera/compression_* columns; was ComeraCallback on the Trainer?")
+        raise ValueError(
+            f"{metrics_csv} holds no comera/compression_* values: ComeraCallback was not on the Trainer, "
+            "or no step was logged yet (trainer.log_every_n_steps)."
+        )
     out = Path(out) if out is not None else Path(metrics_csv).with_name("compression.png")
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 6.5), sharex=True, gridspec_kw={"height_ratios": [3, 2]})
     labels = {
