@@ -272,6 +272,13 @@ class ComeraCallback(Callback):
                 self._prune(trainer, pl_module, "interval")
         self._log_curves(trainer, pl_module)
 
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """A validation at the step of a step-based switch ran after it: take L₀ from it, as an epoch-based switch would."""
+        refreshable = self.loss_target is None and self.loss_target_metric != TRAIN_LOSS_TARGET
+        if refreshable and self.stage == "late" and self.late_start_step == trainer.global_step and not trainer.sanity_checking:
+            self.loss_target_value = self._resolve_loss_target(trainer)
+            rank_zero_info(f"ComeraCallback: L₀={self.loss_target_value:.4f} from the validation at the stage switch.")
+
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """Start a fresh per-epoch training-loss mean (the fallback loss target)."""
         self._reset_epoch_loss(pl_module.device)

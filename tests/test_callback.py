@@ -261,3 +261,14 @@ def test_loss_target_train_is_the_mean_training_loss_even_with_a_validation_loss
     model, cb = PlainClassifier(), callback(loss_target_metric="train", early_epochs=None, early_steps=5, late_steps=3)
     trainer(tmp_path, [cb], max_steps=8).fit(model, *loaders())  # a switch in mid-epoch (no epoch metric yet)
     assert cb.stage == "final" and 0 < cb.loss_target_value < 10
+
+
+def test_a_step_switch_takes_l0_from_the_validation_at_that_step(tmp_path):
+    L.seed_everything(0)
+    model, cb = PlainClassifier(), callback(early_epochs=None, early_steps=8, late_steps=4)
+    logger = CSVLogger(tmp_path, name="run")
+    trainer(tmp_path, [cb], logger=logger, max_steps=12, val_check_interval=8).fit(model, *loaders())
+    rows = list(csv.DictReader(open(Path(logger.log_dir) / "metrics.csv")))
+    val_at_switch = [float(r["val/loss"]) for r in rows if r.get("val/loss") and int(r["step"]) == 7]
+    assert cb.late_start_step == 8 and val_at_switch
+    assert cb.loss_target_value == pytest.approx(val_at_switch[0])
