@@ -1,0 +1,149 @@
+"""One entry point for the side-by-side benchmarks: ``python -m benchmarks.run --quick|--full``.
+
+Runs each comparison in its own subprocess (so every configuration's peak memory is its own),
+in turn, on the same machine in the same run, and writes ``benchmarks/results/summary.json``
+(machine, command, wall time of every part) beside each part's own JSON:
+
+* ``transformer`` — the paper's 6-encoder Transformer, dense vs CoMERA early vs CoMERA pruned, and
+  GaLore at batch 1 (``benchmarks/transformer_speed.py``);
+* ``optimizers`` — CAME vs AdamW vs Adafactor state bytes and step time (``optimizer_memory.py``);
+* ``dlrm`` — dense vs TT embeddings at Criteo Kaggle scale (``dlrm_memory.py``);
+* ``compression`` — compression per stage with the accuracy/loss reached, for the three
+  workloads, through the same code path as ``make demo``.
+
+``--only transformer,dlrm`` runs a subset. ``--quick`` uses fewer steps and the tiny workload
+configs (under 10 minutes on 2 cores); ``--full`` the default steps and the scaled-down
+comparison configs (about an hour on 2 cores; its wall time is written to the summary).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"
+
+#: Arguments of each script for --quick and --full (the script's defaults are the full run).
+SCRIPTS: dict[str, tuple[str, list[str], list[str]]] = {
+    "transformer": ("transformer_speed.py", ["--quick"], []),
+    "optimizers": ("optimizer_memory.py", ["--timed-steps", "3", "--steps", "100", "--seeds", "1"], []),
+    "dlrm": ("dlrm_memory.py", ["--dims", "16", "--steps", "2", "--warmup", "1"], []),
+}
+#: The workload configs of the compression comparison (the same through ``make demo``).
+WORKLOADS = {
+    "quick": {"transformer": "configs/transformer_tiny.yaml", "dlrm": "configs/dlrm_tiny.yaml", "codebert": "configs/codebert_tiny.yaml"},
+    "full": {"transformer": "configs/transformer_tiny.yaml", "dlrm": "configs/dlrm_tiny.yaml", "codebert": "configs/codebert_small.yaml"},
+}
+PARTS = (*SCRIPTS, "compression")
+
+
+def machine() -> dict[str, Any]:
+    """CPU model, cores, torch version and GPU (if any) of this machine."""
+    import torch
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return {
+        "cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__,
+        "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    }
+
+
+def run_script(name: str, quick: bool) -> dict[str, Any]:
+    """Run one benchmark script in a subprocess; its JSON path, exit status and wall time."""
+    script, quick_args, full_args = SCRIPTS[name]
+    out = RESULTS / f"{Path(script).stem}{'_quick' if quick else ''}.json"
+    command = [sys.executable, str(ROOT / "benchmarks" / script), *(quick_args if quick else full_args), "--out", str(out)]
+    return _timed(command, {"json": str(out.relative_to(ROOT))})
+
+
+def run_workload(config: str) -> dict[str, Any]:
+    """Run one workload config like ``make demo`` in a subprocess; its per-stage compression and metrics."""
+    command = [sys.executable, "-m", "benchmarks.run", "--workload", config]
+    result = _timed(command, {})
+    if result["returncode"] == 0:
+        result.update(json.loads(result.pop("stdout_tail").splitlines()[-1]))
+    return result
+
+
+def _timed(command: list[str], extra: dict[str, Any]) -> dict[str, Any]:
+    env = {**os.environ, "WANDB_MODE": "disabled", "PYTHONPATH": str(ROOT)}
+    start = time.perf_counter()
+    proc = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    print(proc.stdout[-3000:], end="", flush=True)
+    return {
+        "command": " ".join(Path(c).name if i == 0 else c for i, c in enumerate(command)),
+        "returncode": proc.returncode, "wall_s": round(wall, 1),
+        "stdout_tail": proc.stdout[-2000:], "stderr_tail": proc.stderr[-2000:] if proc.returncode else "", **extra,
+    }
+
+
+def workload_worker(config: str) -> None:
+    """``--workload CONFIG``: fit and test as ``make demo`` does, print one JSON line of per-stage figures."""
+    from comera_lightning.demo import run
+    from comera_lightning.plot import read_metrics
+
+    summary = run(["--config", config, "--trainer.enable_progress_bar", "false"])
+    series = read_metrics(Path(summary["csv_dir"]) / "metrics.csv")
+    stages = dict(series.get("comera/stage", []))
+    early = [step for step, stage in stages.items() if stage == 0.0]
+    at_switch = {}
+    for key in ("comera/compression_model", "comera/compression_tt"):
+        values = [v for step, v in series.get(key, []) if early and step <= max(early)]
+        at_switch[key.split("/")[1]] = values[-1] if values else None
+    print(json.dumps({
+        "config": config,
+        "end_of_early_stage": at_switch,
+        "final": {"compression_model": summary["model_compression"], "compression_tt": summary["tt_compression"]},
+        "test_metrics": summary["test_metrics"],
+        "parameters": {"dense": summary["dense_params"], "final": summary["params"]},
+    }))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--quick", action="store_true", help="fewer steps, tiny workloads (< 10 min on 2 cores)")
+    mode.add_argument("--full", action="store_true", help="the scripts' default steps, the comparison configs")
+    mode.add_argument("--workload", help=argparse.SUPPRESS)
+    parser.add_argument("--only", default=",".join(PARTS), help=f"comma-separated parts, from {', '.join(PARTS)}")
+    args = parser.parse_args()
+    if args.workload:
+        workload_worker(args.workload)
+        return
+    parts = [p.strip() for p in args.only.split(",") if p.strip()]
+    unknown = sorted(set(parts) - set(PARTS))
+    if unknown:
+        parser.error(f"unknown parts {unknown}; choose from {', '.join(PARTS)}.")
+    quick = not args.full
+    summary: dict[str, Any] = {"mode": "quick" if quick else "full", "machine": machine(), "parts": {}}
+    start = time.perf_counter()
+    for part in parts:
+        print(f"\n=== {part} ===", flush=True)
+        if part == "compression":
+            summary["parts"][part] = {name: run_workload(cfg) for name, cfg in WORKLOADS[summary["mode"]].items()}
+        else:
+            summary["parts"][part] = run_script(part, quick)
+    summary["wall_s"] = round(time.perf_counter() - start, 1)
+    out = RESULTS / f"summary{'_quick' if quick else ''}.json"
+    out.write_text(json.dumps(summary, indent=1) + "\n")
+    failed = [p for p, r in summary["parts"].items() if r.get("returncode", 0) or any(isinstance(v, dict) and v.get("returncode") for v in r.values())]
+    print(f"\nwrote {out.relative_to(ROOT)} ({summary['wall_s'] / 60:.1f} min){'; FAILED: ' + ', '.join(failed) if failed else ''}")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
