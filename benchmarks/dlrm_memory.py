@@ -43,18 +43,17 @@ Run (about 3-5 minutes on 2 cores):
 from __future__ import annotations
 
 import argparse
-import ctypes
-import gc
 import json
 import os
-import platform
-import resource
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # probes.py, also when this file is loaded by path
+from probes import GB, machine_basics, mem_available, release_free_memory, rss_now, rss_peak  # noqa: E402
 
 SYSTEMS = ("dense", "tt", "tt_from_dense", "tt_from_meta")
 OPTIMIZERS = ("adagrad", "sgd", "adamw")
@@ -64,42 +63,10 @@ STATE_TENSORS = {"sgd": 0, "adagrad": 1, "adamw": 2}
 # (Adagrad: sqrt(state) + eps; AdamW: sqrt(exp_avg_sq) then its division by the bias correction).
 STEP_TEMPORARIES = {"sgd": 0, "adagrad": 1, "adamw": 2}
 NUM_DENSE_FEATURES = 13
-GB = 1e9
 RESULT_TAG = "RESULT "
 
 
 # ---- memory probes ------------------------------------------------------------------------------
-
-
-def rss_now() -> int:
-    """Current resident set size of this process in bytes."""
-    with open("/proc/self/statm") as handle:
-        return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
-def rss_peak() -> int:
-    """Peak resident set size of this process so far, in bytes (``ru_maxrss`` is KiB on Linux)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-
-
-def release_free_memory() -> None:
-    """Collect garbage and hand the allocator's free heap pages back to the OS (glibc only)."""
-    gc.collect()
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
-
-
-def mem_available() -> int:
-    """MemAvailable from /proc/meminfo in bytes (0 if unknown)."""
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
 
 
 # ---- the worker: one system, one dim, one process ---------------------------------------------
@@ -389,24 +356,12 @@ def check_claims(results: dict[int, dict[str, Any]]) -> dict[str, Any]:
 
 def machine(results: dict[int, dict[str, Any]], threads: int) -> dict[str, Any]:
     """CPU model, cores, RAM, torch/torchrec versions (from a worker) and threads."""
-    cpu = platform.processor() or "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
     worker = next((r for rows in results.values() for r in rows.values() if "torch" in r), {})
     return {
-        "cpu": cpu,
-        "logical_cpus": os.cpu_count() or 0,
-        "mem_total_gb": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / GB, 1),
+        **machine_basics(),
         "torch": worker.get("torch", "unknown"),
         "torchrec": worker.get("torchrec", "unknown"),
         "threads": threads,
-        "python": platform.python_version(),
-        "load_average_1min": round(os.getloadavg()[0], 2),
     }
 
 

@@ -18,12 +18,14 @@ import argparse
 import importlib.util
 import json
 import os
-import platform
 import statistics
 import sys
 import time
 from pathlib import Path
 from typing import Callable
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # probes.py, also when this file is loaded by path
+from probes import machine_basics  # noqa: E402
 
 import torch
 from torch import nn
@@ -215,24 +217,9 @@ def convergence(path: Path, steps: int, seeds: int) -> dict[str, dict]:
 # ---- main ------------------------------------------------------------------------------------
 
 
-def machine() -> dict[str, str | int]:
+def machine() -> dict[str, object]:
     """CPU model, core count, torch version and threads."""
-    cpu = platform.processor() or "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {
-        "cpu": cpu,
-        "logical_cpus": os.cpu_count() or 0,
-        "torch": torch.__version__,
-        "threads": torch.get_num_threads(),
-        "python": platform.python_version(),
-        "load_average_1min": round(os.getloadavg()[0], 2),
-    }
+    return {**machine_basics(), "torch": torch.__version__, "threads": torch.get_num_threads()}
 
 
 def main() -> None:

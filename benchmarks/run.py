@@ -21,12 +21,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from .probes import machine_basics
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
@@ -46,16 +47,11 @@ PARTS = (*SCRIPTS, "compression")
 
 
 def machine() -> dict[str, Any]:
-    """CPU model, cores, torch version and GPU (if any) of this machine."""
+    """CPU model, cores, torch version and GPU (if any) of this machine, and the date."""
     import torch
 
-    cpu = platform.processor() or platform.machine()
-    try:
-        cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
     return {
-        "cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__,
+        **machine_basics(), "torch": torch.__version__,
         "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
     }

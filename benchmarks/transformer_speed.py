@@ -55,18 +55,17 @@ Run time on 2 idle cores (threads 2): about 7 minutes by default (10 + 2 steps),
 from __future__ import annotations
 
 import argparse
-import ctypes
-import gc
 import json
 import os
-import platform
-import resource
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # probes.py, also when this file is loaded by path
+from probes import GB, machine_basics, release_free_memory, rss_now, rss_peak, vm_hwm  # noqa: E402
 
 SYSTEMS = ("dense", "galore", "comera", "comera_pruned")
 GALORE_BATCH = 1  # GaLore is compared where the paper compares it
@@ -80,39 +79,10 @@ RANK_WEIGHT = 0.01  # γ of the early stage's L + γR
 NUM_CLASSES = 3
 BARS = {"dense_over_comera_time_b32": 3.0, "galore_over_comera_time_b1": 2.0, "galore_over_comera_peak_b1": 9.0}
 QUICK = {"steps": 3, "warmup": 1}
-GB = 1e9
 RESULT_TAG = "RESULT "
 
 
 # ---- memory probes ------------------------------------------------------------------------------
-
-
-def rss_now() -> int:
-    """Current resident set size of this process in bytes."""
-    with open("/proc/self/statm") as handle:
-        return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
-def rss_peak() -> int:
-    """Peak resident set size of this process so far, in bytes (``ru_maxrss`` is KiB on Linux)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-
-
-def release_free_memory() -> None:
-    """Collect garbage and hand the allocator's free heap pages back to the OS (glibc only)."""
-    gc.collect()
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
-
-
-def vm_hwm() -> int:
-    """Peak resident set size of this process's address space (``VmHWM``), in bytes; 0 if unknown."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) * 1024
-    return 0
 
 
 def reset_peak() -> bool:
@@ -485,23 +455,7 @@ def machine(threads: int) -> dict[str, Any]:
     """CPU model, cores, RAM, torch version, threads and load."""
     import torch
 
-    cpu = platform.processor() or "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {
-        "cpu": cpu,
-        "logical_cpus": os.cpu_count() or 0,
-        "mem_total_gb": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / GB, 1),
-        "torch": torch.__version__,
-        "threads": threads,
-        "python": platform.python_version(),
-        "load_average_1min": round(os.getloadavg()[0], 2),
-    }
+    return {**machine_basics(), "torch": torch.__version__, "threads": threads}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
