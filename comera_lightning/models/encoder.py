@@ -17,6 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .dropout import Dropout, dropout
+
 __all__ = [
     "EncoderConfig",
     "Embeddings",
@@ -86,7 +88,7 @@ class Embeddings(nn.Module):
         self.position_embeddings = nn.Embedding(config.max_positions, config.d_model)
         self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.d_model)
         self.norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.dropout)
+        self.dropout = Dropout(config.dropout)
         self.max_positions = config.max_positions
         self.register_buffer("position_ids", torch.arange(config.max_positions), persistent=False)
 
@@ -130,10 +132,24 @@ class SelfAttention(nn.Module):
         """Attend over ``x`` ``(batch, seq, d)``; ``attn_mask`` is boolean, broadcastable to ``(batch, heads, seq, seq)``, True = keep."""
         batch, seq, d = x.shape
         q, k, v = self._split_heads(self.query(x)), self._split_heads(self.key(x)), self._split_heads(self.value(x))
-        ctx = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=attn_mask, dropout_p=self.dropout_p if self.training else 0.0
-        )
+        if self.training and self.dropout_p > 0.0 and x.device.type == "cpu":
+            ctx = self._attend_with_cpu_dropout(q, k, v, attn_mask)
+        else:
+            ctx = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=attn_mask, dropout_p=self.dropout_p if self.training else 0.0
+            )
         return self.output(ctx.transpose(1, 2).reshape(batch, seq, d))
+
+    def _attend_with_cpu_dropout(self, q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None) -> Tensor:
+        """SDPA's math path with the cheaper CPU dropout mask on the attention probabilities.
+
+        On CPU, SDPA with ``dropout_p > 0`` runs this same math path but draws a float
+        ``bernoulli_`` mask over all ``batch · heads · seq²`` probabilities.
+        """
+        scores = (q * self.head_dim**-0.5) @ k.transpose(-2, -1)
+        if attn_mask is not None:
+            scores = scores.masked_fill(~attn_mask, float("-inf"))
+        return dropout(scores.softmax(dim=-1), self.dropout_p) @ v
 
 
 class FeedForward(nn.Module):
@@ -158,7 +174,7 @@ class EncoderLayer(nn.Module):
         self.attention_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
         self.ffn = FeedForward(config)
         self.ffn_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.dropout)
+        self.dropout = Dropout(config.dropout)
 
     def forward(self, x: Tensor, attn_mask: Tensor | None = None) -> Tensor:
         """Transform ``(batch, seq, d_model)`` hidden states."""

@@ -11,6 +11,7 @@ from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 from torch import Tensor, nn
 from torchmetrics.classification import MulticlassAccuracy
 
+from comera_lightning.models.dropout import Dropout
 from comera_lightning.models.encoder import EncoderConfig, TransformerEncoderModel, init_bert_weights
 from comera_lightning.models.optim_setup import check_scheduler_interval, configure_comera_optimizers, paper_adamw
 
@@ -71,7 +72,7 @@ class SentencePairClassifier(LightningModule):
         )
         self.backbone = TransformerEncoderModel(config)
         self.pooler = nn.Linear(d_model, d_model)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.classifier = nn.Linear(d_model, num_classes)
         init_bert_weights(self.pooler)
         init_bert_weights(self.classifier)
