@@ -46,14 +46,15 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # probes.py, also when this file is loaded by path
-from probes import GB, machine_basics, mem_available, release_free_memory, rss_now, rss_peak  # noqa: E402
+from probes import (  # noqa: E402
+    GB, machine_basics, mem_available, print_result, release_free_memory, rss_now, rss_peak, spawn_measured,
+)
 
 SYSTEMS = ("dense", "tt", "tt_from_dense", "tt_from_meta")
 OPTIMIZERS = ("adagrad", "sgd", "adamw")
@@ -63,7 +64,6 @@ STATE_TENSORS = {"sgd": 0, "adagrad": 1, "adamw": 2}
 # (Adagrad: sqrt(state) + eps; AdamW: sqrt(exp_avg_sq) then its division by the bias correction).
 STEP_TEMPORARIES = {"sgd": 0, "adagrad": 1, "adamw": 2}
 NUM_DENSE_FEATURES = 13
-RESULT_TAG = "RESULT "
 
 
 # ---- memory probes ------------------------------------------------------------------------------
@@ -194,7 +194,7 @@ def run_worker(system: str, dim: int, args: argparse.Namespace) -> dict[str, Any
 def worker_main(args: argparse.Namespace) -> None:
     """Entry point of a ``--worker`` subprocess: print one tagged JSON line."""
     result = run_worker(args.worker, args.worker_dim, args)
-    print(RESULT_TAG + json.dumps(result), flush=True)
+    print_result(result)
 
 
 # ---- the parent: spawn workers, compute what cannot run, print and save ------------------------
@@ -221,7 +221,7 @@ def dense_estimate(dim: int, optimizer: str, rss_import: int) -> dict[str, int]:
 
 
 def spawn_worker(system: str, dim: int, args: argparse.Namespace) -> dict[str, Any]:
-    """Run one worker subprocess and parse its result, or describe how it failed (OOM included)."""
+    """Run one worker subprocess: its measurements, or how it failed (out of memory included)."""
     command = [
         sys.executable, os.path.abspath(__file__), "--worker", system, "--worker-dim", str(dim),
         "--batch", str(args.batch), "--optimizer", args.optimizer, "--lr", str(args.lr),
@@ -229,20 +229,7 @@ def spawn_worker(system: str, dim: int, args: argparse.Namespace) -> dict[str, A
         "--steps", str(args.steps), "--warmup", str(args.warmup), "--threads", str(args.threads),
         "--seed", str(args.seed),
     ]
-    print(f"  running {system} at dim {dim} ...", file=sys.stderr, flush=True)
-    start = time.perf_counter()
-    proc = subprocess.run(command, capture_output=True, text=True)
-    wall = time.perf_counter() - start
-    for line in proc.stdout.splitlines():
-        if line.startswith(RESULT_TAG):
-            result = json.loads(line[len(RESULT_TAG):])
-            result.update(status="measured", wall_s=wall)
-            return result
-    tail = (proc.stderr or proc.stdout)[-2000:]
-    oom = proc.returncode in (-9, 137) or "can't allocate memory" in tail or "MemoryError" in tail
-    status = "out of memory" if oom else f"failed (exit {proc.returncode})"
-    print(f"  {system} at dim {dim}: {status}\n{tail}", file=sys.stderr, flush=True)
-    return {"system": system, "dim": dim, "status": status, "returncode": proc.returncode, "stderr_tail": tail}
+    return spawn_measured(command, f"{system} at dim {dim}", {"system": system, "dim": dim})
 
 
 def run_dim(dim: int, args: argparse.Namespace, limit: int) -> dict[str, Any]:

@@ -32,14 +32,13 @@ import importlib.util
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # probes.py, also when this file is loaded by path
-from probes import machine_basics, release_free_memory, reset_peak, rss_now, vm_hwm  # noqa: E402
+from probes import machine_basics, print_result, release_free_memory, reset_peak, rss_now, spawn_measured, vm_hwm  # noqa: E402
 
 import torch
 from torch import nn
@@ -50,7 +49,6 @@ MIB = 2**20
 PEAK_MODELS = ("dense", "tensorized")
 PEAK_SEQ = 128
 NUM_CLASSES = 3
-RESULT_TAG = "RESULT "
 
 
 def adult_path() -> Path:
@@ -305,18 +303,9 @@ def peak_flags(args: argparse.Namespace) -> list[str]:
 
 
 def spawn_peak_worker(kind: str, optimizer_name: str, args: argparse.Namespace) -> dict[str, object]:
-    """Run one (model, optimizer) worker in a fresh process; its tagged JSON line, or how it failed."""
+    """Run one (model, optimizer) worker in a fresh process: its measurements, or how it failed."""
     command = [sys.executable, os.path.abspath(__file__), "--worker", f"{kind},{optimizer_name}", *peak_flags(args)]
-    print(f"  process: {kind} + {optimizer_name} ...", file=sys.stderr, flush=True)
-    start = time.perf_counter()
-    proc = subprocess.run(command, capture_output=True, text=True)
-    wall = round(time.perf_counter() - start, 1)
-    for line in proc.stdout.splitlines():
-        if line.startswith(RESULT_TAG):
-            return {**json.loads(line[len(RESULT_TAG):]), "status": "measured", "wall_s": wall}
-    tail = (proc.stderr or proc.stdout)[-2000:]
-    print(f"  {kind} + {optimizer_name} failed (exit {proc.returncode})\n{tail}", file=sys.stderr, flush=True)
-    return {"model": kind, "optimizer": optimizer_name, "status": f"failed (exit {proc.returncode})", "stderr_tail": tail}
+    return spawn_measured(command, f"{kind} + {optimizer_name}", {"model": kind, "optimizer": optimizer_name})
 
 
 def peak_net(row: dict[str, object]) -> int:
@@ -406,7 +395,7 @@ def main(argv: list[str] | None = None) -> None:
     """Run every measurement, print the tables and write the JSON (or, with ``--worker``, one (c) row)."""
     args = parse_args(argv)
     if args.worker:
-        print(RESULT_TAG + json.dumps(run_peak_worker(*args.worker, args)), flush=True)
+        print_result(run_peak_worker(*args.worker, args))
         return
 
     info = machine()

@@ -8,12 +8,17 @@ from __future__ import annotations
 
 import ctypes
 import gc
+import json
 import os
 import platform
 import resource
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 GB = 1e9
+RESULT_TAG = "RESULT "  # marks the one stdout line of a worker process that carries its JSON result
 
 
 def rss_now() -> int:
@@ -89,3 +94,24 @@ def machine_basics() -> dict[str, object]:
         "python": platform.python_version(),
         "load_average_1min": round(os.getloadavg()[0], 2),
     }
+
+
+def print_result(result: dict) -> None:
+    """A worker process's answer: one tagged JSON line on stdout."""
+    print(RESULT_TAG + json.dumps(result), flush=True)
+
+
+def spawn_measured(command: list[str], label: str, identity: dict) -> dict:
+    """Run a worker process: its result with ``status`` "measured" and ``wall_s``, or ``identity`` with how it failed."""
+    print(f"  process: {label} ...", file=sys.stderr, flush=True)
+    start = time.perf_counter()
+    proc = subprocess.run(command, capture_output=True, text=True)
+    wall = round(time.perf_counter() - start, 1)
+    for line in proc.stdout.splitlines():
+        if line.startswith(RESULT_TAG):
+            return {**json.loads(line[len(RESULT_TAG):]), "status": "measured", "wall_s": wall}
+    tail = (proc.stderr or proc.stdout)[-2000:]
+    oom = proc.returncode in (-9, 137) or "can't allocate memory" in tail or "MemoryError" in tail
+    status = "out of memory" if oom else f"failed (exit {proc.returncode})"
+    print(f"  {label}: {status}\n{tail}", file=sys.stderr, flush=True)
+    return {**identity, "status": status, "returncode": proc.returncode, "stderr_tail": tail}

@@ -38,11 +38,15 @@ One step = forward, loss, backward, optimizer step, gradients freed. Two measure
   built, so the dense model that ``tensorize`` starts from does not count; the peak of the build
   is reported as ``peak_build``, and ``VmHWM`` beside ``ru_maxrss`` as a check). The workers run
   before this process imports torch: Linux starts a child's ``ru_maxrss`` at the high-water mark
-  of the process that spawned it. Worker step times are reported too, but only the interleaved
-  ratios compare like with like.
+  of the process that spawned it. After the timed steps one more step runs under
+  ``torch.profiler(profile_memory=True)`` for the **tensor peak**: the bytes of live tensors at
+  their highest (``tensor_memory.py``), the CPU counterpart of the ``max_memory_allocated`` a GPU
+  comparison such as the paper's reports; the resident set also holds the interpreter and
+  libraries (``import torch`` alone is 0.23 GB). Worker step times are reported too, but only the
+  interleaved ratios compare like with like.
 
 When a ratio misses issue 9's bar (dense/CoMERA time >= 3 at batch 32; GaLore/CoMERA time >= 2 and
-peak >= 9 at batch 1), or with ``--profile``, the CoMERA step is profiled with ``torch.profiler``
+peak >= 9 at batch 1, as resident set and as tensor peak), or with ``--profile``, the CoMERA step is profiled with ``torch.profiler``
 (CPU, a few steps, top 10 ops by self CPU time). A PNG bar chart is written next to the JSON.
 
 Run time on 2 idle cores (threads 2): about 7 minutes by default (10 + 2 steps), about 4 with ``--quick``.
@@ -58,14 +62,16 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # probes.py, also when this file is loaded by path
-from probes import GB, machine_basics, release_free_memory, reset_peak, rss_now, rss_peak, vm_hwm  # noqa: E402
+from probes import (  # noqa: E402
+    GB, machine_basics, print_result, release_free_memory, reset_peak, rss_now, rss_peak, spawn_measured, vm_hwm,
+)
+from tensor_memory import tensor_peak  # noqa: E402
 
 SYSTEMS = ("dense", "galore", "comera", "comera_pruned")
 GALORE_BATCH = 1  # GaLore is compared where the paper compares it
@@ -77,9 +83,9 @@ TENSORIZE = {"max_rank": 30, "embedding_max_rank": 32, "num_cores": 3, "embeddin
 LEARNING_RATES = {"lr_cores": 1e-4, "lr_gates": 1e-3, "lr_other": 5e-5}  # the paper's (METHOD.md §2)
 RANK_WEIGHT = 0.01  # γ of the early stage's L + γR
 NUM_CLASSES = 3
-BARS = {"dense_over_comera_time_b32": 3.0, "galore_over_comera_time_b1": 2.0, "galore_over_comera_peak_b1": 9.0}
+BARS = {"dense_over_comera_time_b32": 3.0, "galore_over_comera_time_b1": 2.0, "galore_over_comera_peak_b1": 9.0,
+        "galore_over_comera_tensor_peak_b1": 9.0}
 QUICK = {"steps": 3, "warmup": 1}
-RESULT_TAG = "RESULT "
 
 
 # ---- building the systems -----------------------------------------------------------------------
@@ -196,18 +202,21 @@ def make_batches(batch_size: int, count: int, args: argparse.Namespace) -> list[
     } for _ in range(count)]
 
 
-def optimizer_state_bytes(optimizer: Any) -> int:
-    """Bytes of optimizer state tensors, GaLore's projection matrices included."""
+def optimizer_state_tensors(optimizer: Any) -> Iterator[Any]:
+    """The optimizer's state tensors, GaLore's projection matrices included."""
     import torch
 
-    total = 0
     for state in optimizer.state.values():
         for value in state.values():
             matrices = getattr(value, "ortho_matrix", value)  # a GaLoreProjector keeps its projector here
             for tensor in matrices if isinstance(matrices, tuple) else (matrices,):
                 if torch.is_tensor(tensor):
-                    total += tensor.numel() * tensor.element_size()
-    return total
+                    yield tensor
+
+
+def optimizer_state_bytes(optimizer: Any) -> int:
+    """Bytes of optimizer state tensors, GaLore's projection matrices included."""
+    return sum(t.numel() * t.element_size() for t in optimizer_state_tensors(optimizer))
 
 
 def systems_for(batch_size: int) -> list[str]:
@@ -249,6 +258,8 @@ def run_worker(system: str, batch_size: int, args: argparse.Namespace) -> dict[s
             result["rss_model_state"] = rss_now()
     result["peak"] = rss_peak()
     result["vm_hwm"] = vm_hwm()
+    live = [*trained.model.parameters(), *optimizer_state_tensors(trained.optimizer), *batches[-1].values()]
+    result.update(tensor_peak(lambda: trained.step(batches[-1]), live))  # after the RSS peak: the profiler costs memory
     result["step_ms_median"] = 1e3 * statistics.median(times)
     result["step_ms_all"] = [1e3 * t for t in times]
     result["losses"] = losses
@@ -260,19 +271,10 @@ def run_worker(system: str, batch_size: int, args: argparse.Namespace) -> dict[s
 
 
 def spawn_worker(system: str, batch_size: int, args: argparse.Namespace) -> dict[str, Any]:
-    """Run one worker subprocess and parse its tagged JSON line, or describe how it failed."""
+    """Run one worker subprocess: its measurements, or how it failed."""
     command = [sys.executable, os.path.abspath(__file__), "--worker", system, "--worker-batch", str(batch_size),
                *model_flags(args)]
-    print(f"  process: {system} at batch {batch_size} ...", file=sys.stderr, flush=True)
-    start = time.perf_counter()
-    proc = subprocess.run(command, capture_output=True, text=True)
-    wall = time.perf_counter() - start
-    for line in proc.stdout.splitlines():
-        if line.startswith(RESULT_TAG):
-            return {**json.loads(line[len(RESULT_TAG):]), "status": "measured", "wall_s": wall}
-    tail = (proc.stderr or proc.stdout)[-2000:]
-    print(f"  {system} at batch {batch_size} failed (exit {proc.returncode})\n{tail}", file=sys.stderr, flush=True)
-    return {"system": system, "batch": batch_size, "status": f"failed (exit {proc.returncode})", "stderr_tail": tail}
+    return spawn_measured(command, f"{system} at batch {batch_size}", {"system": system, "batch": batch_size})
 
 
 def model_flags(args: argparse.Namespace) -> list[str]:
@@ -358,6 +360,7 @@ def ratios(interleaved: dict[int, Any], processes: dict[int, Any]) -> dict[str, 
                     out[f"{base}_over_{tt}_peak_b{batch}"] = b["peak"] / t["peak"]
                     net = (b["peak"] - b["rss_import"]) / (t["peak"] - t["rss_import"])
                     out[f"{base}_over_{tt}_peak_net_b{batch}"] = net
+                    out[f"{base}_over_{tt}_tensor_peak_b{batch}"] = b["tensor_peak"] / t["tensor_peak"]
     return out
 
 
@@ -387,7 +390,7 @@ def print_tables(interleaved: dict[int, Any], processes: dict[int, Any], ratio: 
     if processes:
         print("\npeak resident memory, one process per (system, batch) (GB; ru_maxrss of training, reset after the build):")
         head = (f"{'batch':>5s} {'system':14s} {'import':>7s} {'model+state':>11s} {'peak':>7s} {'VmHWM':>7s} "
-                f"{'peak net':>8s} {'peak build':>10s} {'opt state MB':>12s} {'step ms':>8s}")
+                f"{'peak net':>8s} {'tensors':>7s} {'peak build':>10s} {'opt state MB':>12s} {'step ms':>8s}")
         print(head + "\n" + "-" * len(head))
     for batch, rows in processes.items():
         for name, row in rows.items():
@@ -396,9 +399,10 @@ def print_tables(interleaved: dict[int, Any], processes: dict[int, Any], ratio: 
                 continue
             print(f"{batch:5d} {name:14s} {row['rss_import'] / GB:7.2f} {row['rss_model_state'] / GB:11.2f} "
                   f"{row['peak'] / GB:7.2f} {row['vm_hwm'] / GB:7.2f} {(row['peak'] - row['rss_import']) / GB:8.2f} "
-                  f"{row['peak_build'] / GB:10.2f} "
+                  f"{row['tensor_peak'] / GB:7.3f} {row['peak_build'] / GB:10.2f} "
                   f"{row['optimizer_state_bytes'] / 1e6:12.1f} {row['step_ms_median']:8.1f}")
-    print("\nratios (x; time from the interleaved run, peak from the own-process runs, 'net' = minus import RSS):")
+    print("\nratios (x; time from the interleaved run, peak from the own-process runs, 'net' = minus import RSS,\n"
+          "'tensor_peak' = peak bytes of live tensors, what max_memory_allocated reports on a GPU):")
     for key, value in ratio.items():
         print(f"  {key:44s} {value:8.2f}")
     print("\nissue 9 bars:")
@@ -407,16 +411,17 @@ def print_tables(interleaved: dict[int, Any], processes: dict[int, Any], ratio: 
 
 
 def plot(interleaved: dict[int, Any], processes: dict[int, Any], layers: int, path: Path) -> Path:
-    """Bar chart: interleaved step time and own-process peak memory per system, one group per batch size."""
+    """Bar chart: interleaved step time, own-process peak RSS and tensor peak per system, one group per batch."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     colors = {"dense": "tab:gray", "galore": "tab:orange", "comera": "tab:blue", "comera_pruned": "tab:green"}
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
     panels = ((interleaved, "step_ms_median", 1.0, "{:.0f}", "step time (ms, interleaved)"),
-              (processes, "peak", 1.0 / GB, "{:.2f}", "peak resident memory (GB, own process)"))
+              (processes, "peak", 1.0 / GB, "{:.2f}", "peak resident memory (GB, own process)"),
+              (processes, "tensor_peak", 1.0 / GB, "{:.3f}", "peak live tensors (GB, own process)"))
     for ax, (data, key, scale, fmt, title) in zip(axes, panels):
         centres = []
         for g, (batch, rows) in enumerate(data.items()):
@@ -483,7 +488,7 @@ def main(argv: list[str] | None = None) -> None:
     """Interleaved timing per batch size, one process per (system, batch), profile if short; print and save."""
     args = parse_args(argv)
     if args.worker:
-        print(RESULT_TAG + json.dumps(run_worker(args.worker, args.worker_batch, args)), flush=True)
+        print_result(run_worker(args.worker, args.worker_batch, args))
         return
     start = time.perf_counter()
     # Workers first, while this process is small: a child's ru_maxrss starts at its parent's peak.

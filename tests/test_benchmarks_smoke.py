@@ -43,3 +43,4 @@ def test_worker_measures_memory_after_pruning(bench):
         torch.set_num_threads(threads)
     assert result["peak"] >= result["rss_model_state"] > 0
     assert result["optimizer_state_bytes"] > 0 and len(result["step_ms_all"]) == 2
+    assert result["tensor_peak"] > result["tensor_bytes_before"] >= result["optimizer_state_bytes"]
