@@ -20,6 +20,8 @@ One process per (model, optimizer) (``--worker``, skipped with ``--skip-peak``):
   The peak is ``VmHWM``, reset through ``/proc/self/clear_refs`` after the build (the build's
   own peak, with the dense model ``tensorize`` starts from, is reported apart); ``ru_maxrss``
   would not do, as Linux starts a child's at the high-water mark of the process that spawned it.
+  One more step under the profiler gives the tensor peak (``tensor_memory.py``: peak bytes of live
+  tensors, the CPU counterpart of ``max_memory_allocated``).
 
 Run: ``.venv/bin/python benchmarks/optimizer_memory.py [--out PATH] [--steps N] [--timed-steps N]
 [--peak-batch 8] [--peak-steps 3] [--skip-peak]`` (several minutes on 2 cores).
@@ -39,6 +41,7 @@ from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # probes.py, also when this file is loaded by path
 from probes import machine_basics, print_result, release_free_memory, reset_peak, rss_now, spawn_measured, vm_hwm  # noqa: E402
+from tensor_memory import tensor_peak  # noqa: E402
 
 import torch
 from torch import nn
@@ -286,6 +289,8 @@ def run_peak_worker(kind: str, optimizer_name: str, args: argparse.Namespace) ->
             release_free_memory()
             result["rss_model_state"] = rss_now()
     result["peak"] = vm_hwm()
+    live = [*params, *(v for state in optimizer.state.values() for v in state.values()), *batches[-1]]
+    result.update(tensor_peak(lambda: train_step(model, optimizer, *batches[-1]), live))  # after the RSS peak
     result["optimizer_state_bytes"] = state_bytes(optimizer)
     result["parameters"] = sum(p.numel() for p in params)
     result["first_step_ms"] = 1e3 * times[0]
@@ -322,7 +327,8 @@ def peak_ratios(rows: dict[str, dict[str, dict]]) -> dict[str, dict[str, float]]
             continue
         for name, row in by_optimizer.items():
             if name != "AdamW" and "peak" in row:
-                ratios[f"{kind}/{name}"] = {"peak": row["peak"] / base["peak"], "peak_net": peak_net(row) / peak_net(base)}
+                ratios[f"{kind}/{name}"] = {"peak": row["peak"] / base["peak"], "peak_net": peak_net(row) / peak_net(base),
+                                            "tensor_peak": row["tensor_peak"] / base["tensor_peak"]}
     return ratios
 
 
@@ -331,7 +337,7 @@ def print_peak_table(rows: dict[str, dict[str, dict]], ratios: dict[str, dict[st
     print(f"\n(c) whole-training peak memory, one process per (model, optimizer): batch {args.peak_batch} x {PEAK_SEQ} "
           f"tokens, 1 + {args.peak_steps} steps (MiB; peak = VmHWM of training, reset after the build)")
     head = (f"{'model':11s} {'optimizer':10s} {'import':>7s} {'model+state':>11s} {'peak':>7s} {'peak net':>8s} "
-            f"{'build peak':>10s} {'state MiB':>9s} {'step ms':>8s}")
+            f"{'tensors':>7s} {'build peak':>10s} {'state MiB':>9s} {'step ms':>8s}")
     print(head + "\n" + "-" * len(head))
     for kind, by_optimizer in rows.items():
         for name, row in by_optimizer.items():
@@ -339,11 +345,11 @@ def print_peak_table(rows: dict[str, dict[str, dict]], ratios: dict[str, dict[st
                 print(f"{kind:11s} {name:10s} {row['status']}")
                 continue
             print(f"{kind:11s} {name:10s} {row['rss_import'] / MIB:7.0f} {row['rss_model_state'] / MIB:11.0f} "
-                  f"{row['peak'] / MIB:7.0f} {peak_net(row) / MIB:8.0f} {row['peak_build'] / MIB:10.0f} "
+                  f"{row['peak'] / MIB:7.0f} {peak_net(row) / MIB:8.0f} {row['tensor_peak'] / MIB:7.0f} {row['peak_build'] / MIB:10.0f} "
                   f"{row['optimizer_state_bytes'] / MIB:9.1f} {row['step_ms_median']:8.0f}")
-    print("ratios vs AdamW (x; 'net' = minus the import RSS):")
+    print("ratios vs AdamW (x; 'net' = minus the import RSS; 'tensors' = peak bytes of live tensors):")
     for key, ratio in ratios.items():
-        print(f"  {key:22s} peak {ratio['peak']:5.3f}   peak net {ratio['peak_net']:5.3f}")
+        print(f"  {key:22s} peak {ratio['peak']:5.3f}   peak net {ratio['peak_net']:5.3f}   tensors {ratio['tensor_peak']:5.3f}")
 
 
 def peak_per_process(args: argparse.Namespace) -> dict[str, object]:

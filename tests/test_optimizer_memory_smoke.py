@@ -26,6 +26,7 @@ def test_worker_process_reports_consistent_memory(bench):
     assert row["peak"] >= row["rss_model_state"] > row["rss_import"] > 0
     assert row["peak_build"] >= row["rss_built"] > 0
     assert row["optimizer_state_bytes"] > 0 and row["parameters"] > 0
+    assert row["tensor_peak"] > row["tensor_bytes_before"] > row["optimizer_state_bytes"]
     assert len(row["step_ms_all"]) == 1 and row["step_ms_median"] > 0
     assert len(row["losses"]) == 2 and all(math.isfinite(loss) for loss in row["losses"])
 
