@@ -2,7 +2,8 @@
 
 Runs each comparison in its own subprocess (so every configuration's peak memory is its own),
 in turn, on the same machine in the same run, and writes ``benchmarks/results/summary.json``
-(machine, command, wall time of every part) beside each part's own JSON:
+(machine, command, wall time of every part) beside each part's own JSON, and a PNG per part
+(``plots.py`` draws those the scripts do not):
 
 * ``transformer`` — the paper's 6-encoder Transformer, dense vs CoMERA early vs CoMERA pruned, and
   GaLore at batch 1 (``benchmarks/transformer_speed.py``);
@@ -138,6 +139,10 @@ def main() -> None:
     summary["wall_s"] = round(time.perf_counter() - start, 1)
     out = RESULTS / f"summary{'_quick' if quick else ''}.json"
     out.write_text(json.dumps(summary, indent=1) + "\n")
+    from .plots import draw_all
+
+    for png in draw_all(quick):
+        print(f"drew {png.relative_to(ROOT)}")
     failed = [p for p, r in summary["parts"].items() if r.get("returncode", 0) or any(isinstance(v, dict) and v.get("returncode") for v in r.values())]
     print(f"\nwrote {out.relative_to(ROOT)} ({summary['wall_s'] / 60:.1f} min){'; FAILED: ' + ', '.join(failed) if failed else ''}")
     sys.exit(1 if failed else 0)
