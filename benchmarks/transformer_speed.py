@@ -50,9 +50,12 @@ peak >= 9 at batch 1, as resident set and as tensor peak), or with ``--profile``
 (CPU, a few steps, top 10 ops by self CPU time). A PNG bar chart is written next to the JSON.
 
 Run time on 2 idle cores (threads 2): about 7 minutes by default (10 + 2 steps), about 4 with ``--quick``.
+``--device cuda`` puts models and batches on the GPU (every step ends with a host sync, so times are
+complete) and takes the tensor peak from ``torch.cuda.max_memory_allocated`` (reset after the build);
+written for GPU users, it has not been run: no GPU was available where this was developed.
 
     .venv/bin/python benchmarks/transformer_speed.py [--quick] [--layers 6] [--batches 32,1]
-        [--steps 10] [--warmup 2] [--threads 2] [--optimizer adamw|came] [--keep-fraction 0.333]
+        [--steps 10] [--warmup 2] [--threads 2] [--optimizer adamw|came] [--keep-fraction 0.333] [--device cpu|cuda]
         [--out benchmarks/results/transformer_speed.json]
 """
 
@@ -153,6 +156,7 @@ class System:
             tensorize(self.model, **TENSORIZE)
             self.layers = [m for _, m in tt_layers(self.model)]
             self.normalizer = surrogate_normalizer(self.layers)  # fixed at the start, as the callback does
+        self.model.to(args.device)
         self.optimizer = make_optimizer(name, self.model, args)
         if name == "comera_pruned":
             keep_ranks_(self.model, args.keep_fraction)
@@ -194,12 +198,13 @@ def make_batches(batch_size: int, count: int, args: argparse.Namespace) -> list[
     generator = torch.Generator().manual_seed(args.seed + batch_size)
     types = torch.zeros(batch_size, args.seq, dtype=torch.long)
     types[:, args.seq // 2:] = 1
-    return [{
+    batches = [{
         "input_ids": torch.randint(0, args.vocab, (batch_size, args.seq), generator=generator),
         "attention_mask": torch.ones(batch_size, args.seq, dtype=torch.long),
         "token_type_ids": types,
         "labels": torch.randint(0, NUM_CLASSES, (batch_size,), generator=generator),
     } for _ in range(count)]
+    return [{key: value.to(args.device) for key, value in batch.items()} for batch in batches]
 
 
 def optimizer_state_tensors(optimizer: Any) -> Iterator[Any]:
@@ -247,6 +252,8 @@ def run_worker(system: str, batch_size: int, args: argparse.Namespace) -> dict[s
     result["peak_build"] = rss_peak()
     result["rss_built"] = rss_now()
     result["peak_reset"] = reset_peak()
+    if args.device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
     times, losses = [], []
     for i, batch in enumerate(batches):
         tick = time.perf_counter()
@@ -258,8 +265,11 @@ def run_worker(system: str, batch_size: int, args: argparse.Namespace) -> dict[s
             result["rss_model_state"] = rss_now()
     result["peak"] = rss_peak()
     result["vm_hwm"] = vm_hwm()
-    live = [*trained.model.parameters(), *optimizer_state_tensors(trained.optimizer), *batches[-1].values()]
-    result.update(tensor_peak(lambda: trained.step(batches[-1]), live))  # after the RSS peak: the profiler costs memory
+    if args.device == "cuda":  # the allocator's own statistics, as the paper measures
+        result.update(tensor_bytes_before=torch.cuda.memory_allocated(), tensor_peak=torch.cuda.max_memory_allocated())
+    else:
+        live = [*trained.model.parameters(), *optimizer_state_tensors(trained.optimizer), *batches[-1].values()]
+        result.update(tensor_peak(lambda: trained.step(batches[-1]), live))  # after the RSS peak: the profiler costs memory
     result["step_ms_median"] = 1e3 * statistics.median(times)
     result["step_ms_all"] = [1e3 * t for t in times]
     result["losses"] = losses
@@ -280,7 +290,7 @@ def spawn_worker(system: str, batch_size: int, args: argparse.Namespace) -> dict
 def model_flags(args: argparse.Namespace) -> list[str]:
     """The command-line flags a worker needs to rebuild the same systems and steps."""
     names = ("layers", "d_model", "d_ff", "heads", "vocab", "seq", "steps", "warmup", "threads", "optimizer",
-             "keep_fraction", "seed")
+             "keep_fraction", "seed", "device")
     return [f"--{n.replace('_', '-')}={getattr(args, n)}" for n in names]
 
 
@@ -318,6 +328,8 @@ def galore_refresh_ms(system: System) -> float:
     start = time.perf_counter()
     for matrix in matrices:
         torch.linalg.svd(matrix, full_matrices=False)
+    if matrices and matrices[0].is_cuda:
+        torch.cuda.synchronize()
     return 1e3 * (time.perf_counter() - start)
 
 
@@ -410,7 +422,7 @@ def print_tables(interleaved: dict[int, Any], processes: dict[int, Any], ratio: 
         print(f"  {key:44s} {claim['measured']:8.2f} >= {claim['bar']:.0f}: {'met' if claim['met'] else 'NOT met'}")
 
 
-def plot(interleaved: dict[int, Any], processes: dict[int, Any], layers: int, path: Path) -> Path:
+def plot(interleaved: dict[int, Any], processes: dict[int, Any], args: argparse.Namespace, path: Path) -> Path:
     """Bar chart: interleaved step time, own-process peak RSS and tensor peak per system, one group per batch."""
     import matplotlib
 
@@ -421,7 +433,7 @@ def plot(interleaved: dict[int, Any], processes: dict[int, Any], layers: int, pa
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
     panels = ((interleaved, "step_ms_median", 1.0, "{:.0f}", "step time (ms, interleaved)"),
               (processes, "peak", 1.0 / GB, "{:.2f}", "peak resident memory (GB, own process)"),
-              (processes, "tensor_peak", 1.0 / GB, "{:.3f}", "peak live tensors (GB, own process)"))
+              (processes, "tensor_peak", 1.0 / GB, "{:.3f}", "peak of live tensors (GB, own process)"))
     for ax, (data, key, scale, fmt, title) in zip(axes, panels):
         centres = []
         for g, (batch, rows) in enumerate(data.items()):
@@ -437,18 +449,19 @@ def plot(interleaved: dict[int, Any], processes: dict[int, Any], layers: int, pa
         ax.set_title(title, fontsize=10)
         handles = dict(zip(*reversed(ax.get_legend_handles_labels())))
         ax.legend([handles[s] for s in SYSTEMS if s in handles], [s for s in SYSTEMS if s in handles], fontsize=8)
-    fig.suptitle(f"{layers}-encoder Transformer training step: dense vs GaLore vs CoMERA (CPU)", fontsize=11)
+    fig.suptitle(f"{args.layers}-encoder Transformer training step: dense vs GaLore vs CoMERA ({args.device})", fontsize=11)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
 
 
-def machine(threads: int) -> dict[str, Any]:
-    """CPU model, cores, RAM, torch version, threads and load."""
+def machine(args: argparse.Namespace) -> dict[str, Any]:
+    """CPU model, cores, RAM, torch version, threads, load, and the GPU when the run used one."""
     import torch
 
-    return {**machine_basics(), "torch": torch.__version__, "threads": threads}
+    gpu = torch.cuda.get_device_name() if args.device == "cuda" else None
+    return {**machine_basics(), "torch": torch.__version__, "threads": args.threads, "device": args.device, "gpu": gpu}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -466,6 +479,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--optimizer", choices=("adamw", "came"), default="adamw", help="for dense and CoMERA")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                        help="cuda: models and batches on the GPU, memory from torch.cuda.max_memory_allocated")
     parser.add_argument("--keep-fraction", type=float, default=1 / 3, help="ranks kept per bond in comera_pruned")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--profile", action="store_true", help="profile the CoMERA step even when every bar is met")
@@ -490,6 +505,11 @@ def main(argv: list[str] | None = None) -> None:
     if args.worker:
         print_result(run_worker(args.worker, args.worker_batch, args))
         return
+    if args.device == "cuda":  # checked up front (imports torch here: on a GPU run the GPU figures are the ones to read)
+        import torch
+
+        if not torch.cuda.is_available():
+            raise SystemExit("--device cuda: torch sees no CUDA device here; run without --device (CPU) or on a GPU machine.")
     start = time.perf_counter()
     # Workers first, while this process is small: a child's ru_maxrss starts at its parent's peak.
     processes = {} if args.no_processes else {b: {s: spawn_worker(s, b, args) for s in systems_for(b)} for b in args.batches}
@@ -509,12 +529,12 @@ def main(argv: list[str] | None = None) -> None:
         print(f"\ntorch.profiler, comera step at batch {prof['batch']} ({prof['steps']} steps, top 10 by self CPU):\n"
               f"{prof['table']}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    png = plot(interleaved, processes, args.layers, args.out.with_suffix(".png"))
+    png = plot(interleaved, processes, args, args.out.with_suffix(".png"))
     payload = {
         "benchmark": "transformer_speed",
         "command": " ".join([os.path.relpath(sys.executable), *sys.argv]),
         "wall_s": time.perf_counter() - start,
-        "machine": machine(args.threads),
+        "machine": machine(args),
         "settings": {**{k: v for k, v in vars(args).items() if not k.startswith("worker") and k != "out"},
                      "tensorize": TENSORIZE, "learning_rates": LEARNING_RATES, "rank_weight": RANK_WEIGHT,
                      "galore": GALORE, "galore_targets": GALORE_TARGETS},

@@ -44,3 +44,16 @@ def test_worker_measures_memory_after_pruning(bench):
     assert result["peak"] >= result["rss_model_state"] > 0
     assert result["optimizer_state_bytes"] > 0 and len(result["step_ms_all"]) == 2
     assert result["tensor_peak"] > result["tensor_bytes_before"] >= result["optimizer_state_bytes"]
+
+
+def test_cuda_device_is_refused_clearly_without_a_gpu(bench, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(SystemExit, match="no CUDA device"):
+        bench.main([*TINY, "--device", "cuda", "--no-processes"])
+
+
+@pytest.mark.gpu
+def test_worker_on_cuda_reads_the_allocator_peak(bench):
+    result = bench.run_worker("comera", 2, bench.parse_args([*TINY, "--device", "cuda"]))
+    assert result["tensor_peak"] >= result["tensor_bytes_before"] > 0
+    assert all(loss == loss for loss in result["losses"])
