@@ -41,7 +41,7 @@ from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # probes.py, also when this file is loaded by path
 from probes import machine_basics, print_result, release_free_memory, reset_peak, rss_now, spawn_measured, vm_hwm  # noqa: E402
-from tensor_memory import tensor_peak  # noqa: E402
+from tensor_memory import optimizer_state_bytes, optimizer_state_tensors, tensor_peak  # noqa: E402
 
 import torch
 from torch import nn
@@ -121,12 +121,6 @@ PEAK_OPTIMIZERS: dict[str, Callable[[list[nn.Parameter]], torch.optim.Optimizer]
 }
 
 
-def state_bytes(opt: torch.optim.Optimizer) -> int:
-    """Bytes of all tensors in the optimizer state."""
-    tensors = [v for s in opt.state.values() for v in s.values() if isinstance(v, torch.Tensor)]
-    return sum(t.numel() * t.element_size() for t in tensors)
-
-
 def memory_table(model: nn.Module, label: str, timed_steps: int) -> dict[str, object]:
     """State bytes after one step and step times of every optimizer, interleaved step by step.
 
@@ -150,7 +144,7 @@ def memory_table(model: nn.Module, label: str, timed_steps: int) -> dict[str, ob
             times[name].append(time.perf_counter() - start)
     rows = {
         name: {
-            "state_bytes": state_bytes(opt),
+            "state_bytes": optimizer_state_bytes(opt),
             "step_ms_min": 1e3 * min(times[name]),
             "step_ms_median": 1e3 * statistics.median(times[name]),
         }
@@ -289,9 +283,9 @@ def run_peak_worker(kind: str, optimizer_name: str, args: argparse.Namespace) ->
             release_free_memory()
             result["rss_model_state"] = rss_now()
     result["peak"] = vm_hwm()
-    live = [*params, *(v for state in optimizer.state.values() for v in state.values()), *batches[-1]]
+    live = [*params, *optimizer_state_tensors(optimizer), *batches[-1]]
     result.update(tensor_peak(lambda: train_step(model, optimizer, *batches[-1]), live))  # after the RSS peak
-    result["optimizer_state_bytes"] = state_bytes(optimizer)
+    result["optimizer_state_bytes"] = optimizer_state_bytes(optimizer)
     result["parameters"] = sum(p.numel() for p in params)
     result["first_step_ms"] = 1e3 * times[0]
     result["step_ms_all"] = [1e3 * t for t in times[1:]]

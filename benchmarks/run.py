@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .plots import draw_all
 from .probes import machine_basics
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -139,8 +140,6 @@ def main() -> None:
     summary["wall_s"] = round(time.perf_counter() - start, 1)
     out = RESULTS / f"summary{'_quick' if quick else ''}.json"
     out.write_text(json.dumps(summary, indent=1) + "\n")
-    from .plots import draw_all
-
     for png in draw_all(quick):
         print(f"drew {png.relative_to(ROOT)}")
     failed = [p for p, r in summary["parts"].items() if r.get("returncode", 0) or any(isinstance(v, dict) and v.get("returncode") for v in r.values())]

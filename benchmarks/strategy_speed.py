@@ -95,6 +95,18 @@ def timed(step: Callable[[], object], device: torch.device) -> float:
     return time.perf_counter() - start
 
 
+def interleaved_ms(steps: dict[str, Callable[[], object]], args: argparse.Namespace, device: torch.device) -> dict[str, list[float]]:
+    """Warm every step up, then time them in turn ``args.steps`` times; milliseconds per name."""
+    for _ in range(args.warmup):
+        for step in steps.values():
+            step()
+    times: dict[str, list[float]] = {name: [] for name in steps}
+    for _ in range(args.steps):
+        for name, step in steps.items():
+            times[name].append(1e3 * timed(step, device))
+    return times
+
+
 def cpu_compile(args: argparse.Namespace) -> dict:
     """Eager vs torch.compile of the tensorized model on CPU, interleaved."""
     device = torch.device("cpu")
@@ -105,15 +117,10 @@ def cpu_compile(args: argparse.Namespace) -> dict:
     eager = step_fn(eager_model, optimizer_for(eager_model, args.optimizer), batch)
     compiled = step_fn(compiled_model, optimizer_for(compiled_model, args.optimizer), batch)
     compile_s = timed(compiled, device)  # the first call compiles forward and backward
-    for _ in range(args.warmup):
-        eager(), compiled()
-    times: dict[str, list[float]] = {"eager": [], "compiled": []}
-    for _ in range(args.steps):
-        times["eager"].append(timed(eager, device))
-        times["compiled"].append(timed(compiled, device))
-    ms = {k: statistics.median(v) * 1e3 for k, v in times.items()}
+    times = interleaved_ms({"eager": eager, "compiled": compiled}, args, device)
+    ms = {k: statistics.median(v) for k, v in times.items()}
     return {
-        "step_ms": ms, "all_ms": {k: [round(t * 1e3, 1) for t in v] for k, v in times.items()},
+        "step_ms": ms, "all_ms": {k: [round(t, 1) for t in v] for k, v in times.items()},
         "first_compiled_step_s": round(compile_s, 1), "compiled_over_eager": ms["compiled"] / ms["eager"],
     }
 
@@ -143,13 +150,8 @@ def cuda_graphs(args: argparse.Namespace, batch_size: int) -> dict:
             entry.load(batch)
             entry.replay()
 
-        for _ in range(args.warmup):
-            eager(), replay()
-        times: dict[str, list[float]] = {"eager": [], "graph": []}
-        for _ in range(args.steps):
-            times["eager"].append(timed(eager, device))
-            times["graph"].append(timed(replay, device))
-        ms = {k: statistics.median(v) * 1e3 for k, v in times.items()}
+        times = interleaved_ms({"eager": eager, "graph": replay}, args, device)
+        ms = {k: statistics.median(v) for k, v in times.items()}
         rows[kind] = {"step_ms": ms, "graph_speedup": ms["eager"] / ms["graph"]}
     rows["tensorized_graph_vs_dense_eager"] = rows["dense"]["step_ms"]["eager"] / rows["tensorized"]["step_ms"]["graph"]
     return rows

@@ -9,7 +9,7 @@ allocations and frees that ``torch.profiler`` records (``profile_memory=True``) 
 
 from __future__ import annotations
 
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 
 def storage_bytes(tensors: Iterable[object]) -> int:
@@ -22,6 +22,23 @@ def storage_bytes(tensors: Iterable[object]) -> int:
             storage = tensor.untyped_storage()
             seen[storage.data_ptr()] = storage.nbytes()
     return sum(seen.values())
+
+
+def optimizer_state_tensors(optimizer: Any) -> Iterator[Any]:
+    """The optimizer's state tensors, GaLore's projection matrices included."""
+    import torch
+
+    for state in optimizer.state.values():
+        for value in state.values():
+            matrices = getattr(value, "ortho_matrix", value)  # a GaLoreProjector keeps its projector here
+            for tensor in matrices if isinstance(matrices, tuple) else (matrices,):
+                if torch.is_tensor(tensor):
+                    yield tensor
+
+
+def optimizer_state_bytes(optimizer: Any) -> int:
+    """Bytes of the optimizer's state tensors, GaLore's projection matrices included."""
+    return sum(t.numel() * t.element_size() for t in optimizer_state_tensors(optimizer))
 
 
 def allocation_peak(step: Callable[[], object]) -> tuple[int, int]:

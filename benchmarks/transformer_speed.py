@@ -68,13 +68,13 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # probes.py, also when this file is loaded by path
 from probes import (  # noqa: E402
     GB, machine_basics, print_result, release_free_memory, reset_peak, rss_now, rss_peak, spawn_measured, vm_hwm,
 )
-from tensor_memory import tensor_peak  # noqa: E402
+from tensor_memory import optimizer_state_bytes, optimizer_state_tensors, tensor_peak  # noqa: E402
 
 SYSTEMS = ("dense", "galore", "comera", "comera_pruned")
 GALORE_BATCH = 1  # GaLore is compared where the paper compares it
@@ -205,23 +205,6 @@ def make_batches(batch_size: int, count: int, args: argparse.Namespace) -> list[
         "labels": torch.randint(0, NUM_CLASSES, (batch_size,), generator=generator),
     } for _ in range(count)]
     return [{key: value.to(args.device) for key, value in batch.items()} for batch in batches]
-
-
-def optimizer_state_tensors(optimizer: Any) -> Iterator[Any]:
-    """The optimizer's state tensors, GaLore's projection matrices included."""
-    import torch
-
-    for state in optimizer.state.values():
-        for value in state.values():
-            matrices = getattr(value, "ortho_matrix", value)  # a GaLoreProjector keeps its projector here
-            for tensor in matrices if isinstance(matrices, tuple) else (matrices,):
-                if torch.is_tensor(tensor):
-                    yield tensor
-
-
-def optimizer_state_bytes(optimizer: Any) -> int:
-    """Bytes of optimizer state tensors, GaLore's projection matrices included."""
-    return sum(t.numel() * t.element_size() for t in optimizer_state_tensors(optimizer))
 
 
 def systems_for(batch_size: int) -> list[str]:

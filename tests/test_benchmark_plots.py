@@ -1,10 +1,8 @@
 """benchmarks/plots.py draws the optimizer, DLRM and compression charts from the scripts' JSON shapes."""
 
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.plots import plot_compression, plot_dlrm, plot_optimizers  # noqa: E402
+from benchmarks.plots import plot_compression, plot_dlrm, plot_optimizers
 
 
 def _is_png(path: Path) -> bool:

@@ -1,24 +1,19 @@
 """benchmarks/transformer_speed.py on a tiny encoder: every system trains, pruning and memory probes work."""
 
-import importlib.util
-from pathlib import Path
+import importlib
 
 import pytest
 import torch
 
 pytest.importorskip("pytorch_optimizer")
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "transformer_speed.py"
 TINY = ["--layers", "1", "--d-model", "128", "--d-ff", "512", "--heads", "2", "--vocab", "500", "--seq", "8",
         "--steps", "2", "--warmup", "1", "--threads", "1"]
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("transformer_speed", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return importlib.import_module("benchmarks.transformer_speed")
 
 
 def test_interleaved_run_times_every_system_and_prunes_a_third_of_each_bond(bench):

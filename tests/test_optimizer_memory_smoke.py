@@ -1,22 +1,17 @@
 """benchmarks/optimizer_memory.py section (c) on a tiny encoder: a worker process measures, ratios follow."""
 
-import importlib.util
+import importlib
 import math
-from pathlib import Path
 
 import pytest
 import torch
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "optimizer_memory.py"
 TINY = ["--peak-vocab", "500", "--peak-d-model", "96", "--peak-layers", "1", "--peak-batch", "1", "--peak-steps", "1"]
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("optimizer_memory", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return importlib.import_module("benchmarks.optimizer_memory")
 
 
 def test_worker_process_reports_consistent_memory(bench):

@@ -1,12 +1,8 @@
 """benchmarks/tensor_memory.py: the tensor peak counts live bytes and the step's allocations, not the process."""
 
-import sys
-from pathlib import Path
-
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-from tensor_memory import allocation_peak, storage_bytes, tensor_peak  # noqa: E402
+from benchmarks.tensor_memory import allocation_peak, storage_bytes, tensor_peak
 
 
 def test_storage_bytes_counts_each_storage_once():

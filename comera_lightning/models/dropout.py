@@ -12,6 +12,8 @@ use ``F.dropout`` (on CUDA a fused kernel that CUDA graphs can capture).
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -24,9 +26,7 @@ def keep_mask(shape: torch.Size, p: float, device: torch.device | str = "cpu") -
     kept_words = max(1, round((1.0 - p) * _WORD_VALUES))
     if kept_words == _WORD_VALUES:  # p below 2^-17: keeps everything (and 2^15 would not fit an int16 compare)
         return torch.ones(shape, dtype=torch.bool, device=device), 1.0
-    count = 1
-    for size in shape:
-        count *= size
+    count = math.prod(shape)
     words = torch.empty((count + 3) // 4, dtype=torch.int64, device=device).random_(-(1 << 63), None)
     mask = words.view(torch.int16)[:count].view(shape) < kept_words - _WORD_VALUES // 2
     return mask, _WORD_VALUES / kept_words
