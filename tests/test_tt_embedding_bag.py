@@ -274,8 +274,7 @@ def test_importing_the_package_works_without_torchrec():
     code = (
         "import sys; sys.modules['torchrec'] = None\n"
         "import comera_lightning\n"
-        "from comera_lightning import TTEmbeddingBagCollection\n"
-        "try:\n    TTEmbeddingBagCollection([], max_rank=2)\n"
+        "try:\n    from comera_lightning import TTEmbeddingBagCollection\n"
         "except ImportError as err:\n    assert 'needs torchrec' in str(err)\n"
         "else:\n    raise SystemExit('no ImportError')\n"
     )

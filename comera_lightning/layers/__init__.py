@@ -1,16 +1,12 @@
 """Tensor-train layers in pure PyTorch (no Lightning)."""
 
+from .._optional import lazy_exports
 from .base import PruneRecord, TTModule
+from .contract import LayerSummary, TensorizedModule
 from .tt_embedding import TTEmbedding
 from .tt_linear import TTLinear
 
-__all__ = ["PruneRecord", "TTEmbedding", "TTEmbeddingBagCollection", "TTLinear", "TTModule"]
+__all__ = ["LayerSummary", "PruneRecord", "TTEmbedding", "TTEmbeddingBagCollection", "TTLinear", "TTModule", "TensorizedModule"]
 
-
-def __getattr__(name: str):
-    """Import ``TTEmbeddingBagCollection`` on first use: it imports torchrec, which is optional and slow."""
-    if name == "TTEmbeddingBagCollection":
-        from .tt_embedding_bag import TTEmbeddingBagCollection
-
-        return TTEmbeddingBagCollection
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# TTEmbeddingBagCollection imports torchrec (optional and slow to import): loaded on first use.
+__getattr__ = lazy_exports(__name__, {"TTEmbeddingBagCollection": "tt_embedding_bag"})

@@ -1,7 +1,7 @@
 """What every tensor-train layer shares: cores, rank gates, masking, pruning, resizing on load.
 
 A train of ``K`` cores ``G_k`` of shape ``(r_{k-1}, *modes_k, r_k)`` (``r_0 = r_K = 1``) carries
-a gate vector ``g_k`` on each internal bond (METHOD.md §2): the layer uses
+a gate vector ``g_k`` on each internal bond (docs/METHOD.md §2): the layer uses
 ``G_1 diag(g_1) G_2 diag(g_2) ⋯ G_K``. A gate at or below ``gate_threshold`` is dead: it
 contributes nothing and gets no gradient, and its ``alive`` flag (a buffer) is cleared so it
 never comes back. ``prune_`` slices dead indices out physically, so compute and memory fall.
@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
+
+from .contract import TensorizedModule
 
 __all__ = ["TTModule", "PruneRecord"]
 
@@ -39,8 +41,8 @@ def _fresh_parameter(value: torch.Tensor, like: nn.Parameter) -> nn.Parameter:
     return nn.Parameter(value.detach().clone(), requires_grad=like.requires_grad)
 
 
-class TTModule(nn.Module):
-    """Base class: holds the cores (``self.cores``) and gates (``self.gates``) of one train."""
+class TTModule(TensorizedModule):
+    """Base class of one tensor train: holds its cores (``self.cores``) and rank gates (``self.gates``)."""
 
     def __init__(
         self,
@@ -133,22 +135,6 @@ class TTModule(nn.Module):
         for k, modes in enumerate(self.core_modes):
             total = total + counts[k] * math.prod(modes) * counts[k + 1]
         return total
-
-    def num_parameters(self) -> int:
-        """Parameters this layer holds now (cores, gates and any bias)."""
-        return sum(p.numel() for p in self.parameters())
-
-    def dense_parameters(self) -> int:
-        """Parameters of the dense layer this one replaces."""
-        raise NotImplementedError
-
-    def to_dense_module(self) -> nn.Module:
-        """The equivalent dense module (``nn.Linear``, ``nn.Embedding``, ...)."""
-        raise NotImplementedError
-
-    def compression_ratio(self) -> float:
-        """Dense parameters divided by the parameters held now."""
-        return self.dense_parameters() / max(1, self.num_parameters())
 
     # ------------------------------------------------------------------ physical pruning
     @torch.no_grad()

@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .base import TTModule
+from .contract import LayerSummary, format_modes
 from .contraction import chain_cost, contract_chain, tt_svd
 from .shapes import balance_halves, bond_rank_caps, factorize, prod
 
@@ -130,6 +131,11 @@ class TTEmbedding(TTModule):
     def dense_parameters(self) -> int:
         """Parameters of the equivalent ``nn.Embedding``."""
         return self.num_embeddings * self.embedding_dim
+
+    def summary(self) -> LayerSummary:
+        """``embedding``, (rows, dim), row×column modes, stored ranks."""
+        modes = format_modes(self.row_modes, self.col_modes, "×")
+        return LayerSummary("embedding", (self.num_embeddings, self.embedding_dim), modes, self.physical_ranks)
 
     # ------------------------------------------------------------------ lookup
     def _half_tables(self, split: int) -> tuple[torch.Tensor, torch.Tensor]:

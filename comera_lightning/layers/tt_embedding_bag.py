@@ -10,7 +10,7 @@ nothing, stay dense ``nn.Embedding`` weights pooled by the same code. Both live 
 Forward, per table: the ids of all its features are concatenated, deduplicated in eager mode,
 each unique id is looked up once through the TT fast lookup, and the bags are pooled with
 ``F.embedding_bag`` over those unique rows (plain torch, no fbgemm). torchrec is optional:
-this module imports without it and the class raises ``ImportError`` when used.
+importing this module without it raises an ``ImportError`` saying how to install it.
 """
 
 from __future__ import annotations
@@ -22,29 +22,22 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .._optional import loaded, require
+from .contract import LayerSummary, TensorizedModule
 from .tt_embedding import TTEmbedding, _ids_are_checkable
 
-try:
-    from torchrec.modules.embedding_configs import DataType, EmbeddingBagConfig, PoolingType
-    from torchrec.modules.embedding_modules import (
-        EmbeddingBagCollection,
-        EmbeddingBagCollectionInterface,
-        get_embedding_names_by_table,
-    )
-    from torchrec.sparse.jagged_tensor import KeyedJaggedTensor, KeyedTensor
-except ImportError as _err:  # torchrec is an optional dependency (extra "recsys")
-    _TORCHREC_ERROR: ImportError | None = _err
-    EmbeddingBagCollectionInterface = nn.Module  # type: ignore[misc,assignment]
-else:
-    _TORCHREC_ERROR = None
-
-try:
-    from torchrec.sparse.tensor_dict import maybe_td_to_kjt
-except ImportError:  # older torchrec: KeyedJaggedTensor input only
-
-    def maybe_td_to_kjt(features, keys=None):  # type: ignore[no-redef]
-        return features
-
+_FEATURE = "TTEmbeddingBagCollection"
+_configs = require("torchrec.modules.embedding_configs", _FEATURE)
+_modules = require("torchrec.modules.embedding_modules", _FEATURE)
+_jagged = require("torchrec.sparse.jagged_tensor", _FEATURE)
+DataType, EmbeddingBagConfig, PoolingType = _configs.DataType, _configs.EmbeddingBagConfig, _configs.PoolingType
+EmbeddingBagCollection = _modules.EmbeddingBagCollection
+EmbeddingBagCollectionInterface = _modules.EmbeddingBagCollectionInterface
+get_embedding_names_by_table = _modules.get_embedding_names_by_table
+KeyedJaggedTensor, KeyedTensor = _jagged.KeyedJaggedTensor, _jagged.KeyedTensor
+# TensorDict input (newer torchrec) becomes a KJT; older torchrec takes KJTs only.
+_tensor_dict = loaded("torchrec.sparse.tensor_dict")
+maybe_td_to_kjt = _tensor_dict.maybe_td_to_kjt if _tensor_dict is not None else (lambda features, keys=None: features)
 
 __all__ = ["TTEmbeddingBagCollection", "DEFAULT_MIN_ROWS"]
 
@@ -53,20 +46,12 @@ DEFAULT_MIN_ROWS = 1000
 INIT_CHOICES = ("svd", "random", "paper")
 
 
-def _require_torchrec() -> None:
-    if _TORCHREC_ERROR is not None:
-        raise ImportError(
-            "TTEmbeddingBagCollection needs torchrec; install it with `pip install 'comera_lightning[recsys]'` "
-            f"(or `pip install torchrec`). Import failed with: {_TORCHREC_ERROR}"
-        ) from _TORCHREC_ERROR
-
-
 def _config_dtype(config: EmbeddingBagConfig) -> torch.dtype:
     """The dtype TorchRec's ``EmbeddingBagCollection`` gives a table."""
     return torch.float32 if config.data_type == DataType.FP32 else torch.float16
 
 
-class TTEmbeddingBagCollection(EmbeddingBagCollectionInterface):
+class TTEmbeddingBagCollection(EmbeddingBagCollectionInterface, TensorizedModule):
     """TorchRec ``EmbeddingBagCollection`` whose tables of ``>= min_rows`` rows are ``TTEmbedding`` trains.
 
     Same inputs, outputs, key order and ``length_per_key`` as ``EmbeddingBagCollection``;
@@ -90,7 +75,6 @@ class TTEmbeddingBagCollection(EmbeddingBagCollectionInterface):
         min_rows: int = DEFAULT_MIN_ROWS,
         **tt_kwargs,
     ) -> None:
-        _require_torchrec()
         super().__init__()
         tables = list(tables)
         _validate_tables(tables)
@@ -248,7 +232,6 @@ class TTEmbeddingBagCollection(EmbeddingBagCollectionInterface):
         small dense tables are created on ``device`` (default CPU), initialised as TorchRec
         would (each table's ``init_fn``); ``init="svd"`` needs real values and is refused.
         """
-        _require_torchrec()
         if not isinstance(ebc, EmbeddingBagCollection):
             raise TypeError(f"from_ebc expects a torchrec EmbeddingBagCollection, got {type(ebc).__name__}.")
         if init not in INIT_CHOICES:
@@ -299,17 +282,18 @@ class TTEmbeddingBagCollection(EmbeddingBagCollectionInterface):
         """The tables stored as tensor trains, by name."""
         return {name: t for name, t in self.embedding_bags.items() if isinstance(t, TTEmbedding)}
 
-    def num_parameters(self) -> int:
-        """Parameters held now (TT cores and gates, plus the small dense tables)."""
-        return sum(p.numel() for p in self.parameters())
-
     def dense_parameters(self) -> int:
         """Parameters of the equivalent ``EmbeddingBagCollection``."""
         return sum(c.num_embeddings * c.embedding_dim for c in self._embedding_bag_configs)
 
-    def compression_ratio(self) -> float:
-        """Dense parameters divided by the parameters held now."""
-        return self.dense_parameters() / max(1, self.num_parameters())
+    def summary(self) -> LayerSummary:
+        """Total rows, widest table, how many tables are TT, and the ranks of the largest TT table."""
+        configs, tt_tables = self._embedding_bag_configs, self.tt_tables()
+        largest = max(tt_tables.values(), key=lambda t: t.num_embeddings, default=None)
+        return LayerSummary(
+            "ebc", (sum(c.num_embeddings for c in configs), max(c.embedding_dim for c in configs)),
+            f"{len(tt_tables)}/{len(configs)} tables TT", largest.physical_ranks if largest is not None else (),
+        )
 
     def extra_repr(self) -> str:
         num_tt = len(self.tt_tables())

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .base import TTModule
+from .contract import LayerSummary, format_modes
 from .contraction import chain_cost, contract_chain, tt_svd
 from .shapes import bond_rank_caps, factorize, prod
 
@@ -124,6 +125,11 @@ class TTLinear(TTModule):
     def dense_parameters(self) -> int:
         """Parameters of the equivalent ``nn.Linear``."""
         return self.in_features * self.out_features + (self.out_features if self.bias is not None else 0)
+
+    def summary(self) -> LayerSummary:
+        """``linear``, (in, out), input→output modes, stored ranks."""
+        modes = format_modes(self.in_modes, self.out_modes, "→")
+        return LayerSummary("linear", (self.in_features, self.out_features), modes, self.physical_ranks)
 
     # ------------------------------------------------------------------ forward
     def _split_cost(self, split: int, tokens: int) -> int:

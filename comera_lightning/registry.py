@@ -1,0 +1,145 @@
+"""The converter registry: which dense module types ``tensorize`` can turn into tensorized layers, and how.
+
+A :class:`Converter` says how to build a :class:`~comera_lightning.layers.TensorizedModule` from a
+dense module, which per-layer options (``layer_config`` keys) apply to it, and which options it
+takes from the :class:`~comera_lightning.tensorize_config.TensorizeConfig`. ``register_converter``
+adds one; an optional integration (TorchRec, Hugging Face) is declared with
+``register_integration`` and imported only once the program has imported its dependency, so
+looking a module up never imports a slow or missing package. docs/DESIGN.md has a worked example.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+
+from ._optional import loaded
+from .layers import TensorizedModule, TTEmbedding, TTLinear
+
+if TYPE_CHECKING:
+    from .tensorize_config import TensorizeConfig
+
+__all__ = ["Converter", "converter_for", "known_options", "register_converter", "register_integration"]
+
+
+@dataclass(frozen=True)
+class Converter:
+    """How one dense module type becomes a tensorized layer.
+
+    ``build(module, options)`` returns the new layer; ``options`` holds ``defaults(config)``
+    updated by the layer's ``layer_config`` overrides (only keys in ``options`` are allowed).
+    ``unsupported(module)`` returns why a module of this type cannot be converted, or None.
+    """
+
+    kind: str
+    build: Callable[[nn.Module, dict[str, Any]], TensorizedModule]
+    options: frozenset[str]
+    defaults: Callable[[TensorizeConfig], dict[str, Any]]
+    unsupported: Callable[[nn.Module], str | None] = lambda module: None
+
+
+@dataclass(frozen=True)
+class _Integration:
+    dependency: str  # top-level package that must already be imported
+    module: str  # our module that registers the converters
+    options: frozenset[str]
+
+
+_CONVERTERS: dict[type, Converter] = {}
+_INTEGRATIONS: list[_Integration] = []
+
+
+def register_converter(dense_type: type[nn.Module], converter: Converter) -> None:
+    """Make ``tensorize`` convert modules of ``dense_type`` (and its subclasses) with ``converter``."""
+    if not (isinstance(dense_type, type) and issubclass(dense_type, nn.Module)):
+        raise TypeError(f"dense_type must be an nn.Module subclass, got {dense_type!r}.")
+    _CONVERTERS[dense_type] = converter
+
+
+def register_integration(dependency: str, module: str, options: Iterable[str]) -> None:
+    """Declare that ``module`` registers converters for types of the optional package ``dependency``."""
+    _INTEGRATIONS.append(_Integration(dependency, module, frozenset(options)))
+
+
+def _load_integrations() -> None:
+    for integration in _INTEGRATIONS:
+        if loaded(integration.dependency) is not None:
+            importlib.import_module(integration.module)
+
+
+def converter_for(module: nn.Module) -> Converter | None:
+    """The converter for ``module``'s type (the most specific registered base class), or None."""
+    _load_integrations()
+    for cls in type(module).__mro__:
+        if cls in _CONVERTERS:
+            return _CONVERTERS[cls]
+    return None
+
+
+def known_options() -> frozenset[str]:
+    """Every per-layer option any registered or declared converter accepts."""
+    names = set().union(*(c.options for c in _CONVERTERS.values()), *(i.options for i in _INTEGRATIONS))
+    return frozenset(names)
+
+
+# ---------------------------------------------------------------------- built-in converters
+def linear_defaults(config: TensorizeConfig) -> dict[str, Any]:
+    """Options of linear-like layers taken from the config."""
+    return {"max_rank": config.max_rank, "num_cores": config.num_cores, "init": config.init, "gate_threshold": config.gate_threshold}
+
+
+def embedding_defaults(config: TensorizeConfig) -> dict[str, Any]:
+    """Options of embedding-like layers taken from the config."""
+    max_rank = config.embedding_max_rank if config.embedding_max_rank is not None else config.max_rank
+    return {"max_rank": max_rank, "num_cores": config.embedding_num_cores, "init": config.init, "gate_threshold": config.gate_threshold}
+
+
+def weight_std(weight: torch.Tensor) -> float | None:
+    """Standard deviation of a weight's entries (None for a single entry)."""
+    return float(weight.detach().float().std()) if weight.numel() > 1 else None
+
+
+def _build_linear(module: nn.Linear, options: dict[str, Any]) -> TTLinear:
+    init = options.pop("init")
+    if init == "svd":
+        return TTLinear.from_linear(module, **options)
+    w = module.weight
+    std = None if init == "paper" else weight_std(w)
+    layer = TTLinear(module.in_features, module.out_features, module.bias is not None, init_std=std, device=w.device, dtype=w.dtype, **options)
+    if module.bias is not None:
+        with torch.no_grad():
+            layer.bias.copy_(module.bias)
+    return layer
+
+
+def _build_embedding(module: nn.Embedding, options: dict[str, Any]) -> TTEmbedding:
+    init = options.pop("init")
+    if init == "svd":
+        return TTEmbedding.from_embedding(module, **options)
+    w = module.weight
+    std = 1.0 if init == "paper" else float(w.detach().float().std())
+    return TTEmbedding(
+        module.num_embeddings, module.embedding_dim, padding_idx=module.padding_idx, init_std=std, device=w.device, dtype=w.dtype, **options
+    )
+
+
+def _embedding_unsupported(module: nn.Embedding) -> str | None:
+    return "embedding with max_norm or sparse=True is not supported" if module.max_norm is not None or module.sparse else None
+
+
+LINEAR_OPTIONS = frozenset({"max_rank", "num_cores", "in_modes", "out_modes", "init", "gate_threshold"})
+register_converter(nn.Linear, Converter("linear", _build_linear, LINEAR_OPTIONS, linear_defaults))
+register_converter(
+    nn.Embedding,
+    Converter(
+        "embedding", _build_embedding, frozenset({"max_rank", "num_cores", "row_modes", "col_modes", "init", "gate_threshold", "deduplicate"}),
+        embedding_defaults, _embedding_unsupported,
+    ),
+)
+EBC_OPTIONS = frozenset({"max_rank", "num_cores", "init", "gate_threshold", "deduplicate", "min_rows"})
+register_integration("torchrec", "comera_lightning.integrations.torchrec", EBC_OPTIONS)
