@@ -6,8 +6,9 @@ from .layers import TTEmbedding, TTLinear
 from .optim import CAME
 from .strategy import CUDAGraphStrategy
 from .tensorize import TensorizeReport, tensorize, to_dense
+from .tensorize_config import TensorizeConfig
 
-__all__ = ["CAME", "CUDAGraphStrategy", "ComeraCallback", "TTEmbedding", "TTEmbeddingBagCollection", "TTLinear", "TensorizeReport", "tensorize", "tensorized_checkpoints", "to_dense"]
+__all__ = ["CAME", "CUDAGraphStrategy", "ComeraCallback", "TTEmbedding", "TTEmbeddingBagCollection", "TTLinear", "TensorizeConfig", "TensorizeReport", "tensorize", "tensorized_checkpoints", "to_dense"]
 __version__ = "0.1.0"
 
 

@@ -1,21 +1,18 @@
-"""ComeraCallback: rank-adaptive two-stage tensor-train training for any LightningModule.
+"""ComeraCallback: rank-adaptive two-stage tensor-train training (CoMERA) for any LightningModule.
 
-METHOD.md §2. At ``setup`` the chosen layers are swapped for TT layers (before the optimizer
-and DDP exist). The module's ``training_step`` output is wrapped so that the loss Lightning
-backpropagates is the stage's objective:
-
-* early stage: ``L + γ·R``;
-* late stage: ``ρ_L·L + ρ_R·R + λ·R + (1−λ)·L`` with ``λ = 1[(L−L₀)/L < (S−S₀)/S]`` on device;
-* after the late stage (only if its length is set): ``L``.
-
-At the stage switch and then every ``prune_every_n_epochs``/``_steps`` the dead ranks are sliced
-out of the cores and out of the optimizer state (``rank.prune_``), so compute and memory fall.
+A thin adapter from Lightning's hooks to plain objects (docs/DESIGN.md): ``tensorize`` swaps the
+chosen layers at ``setup`` (or right after ``configure_model``), before the optimizers and DDP
+exist; :class:`~comera_lightning.schedule.StageSchedule` decides when stages switch and ranks
+are pruned; :class:`~comera_lightning.schedule.ComeraObjective` turns the module's task loss into
+the stage's objective (docs/METHOD.md §2); :class:`~comera_lightning.schedule.LossTarget` picks
+L₀; ``rank.prune_`` slices dead ranks out of the cores and the optimizer state.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -23,64 +20,48 @@ import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
+from lightning.pytorch.utilities.model_helpers import is_overridden
+from typing_extensions import override
 
 from .checkpoint import install_checkpoint_loading
-from .rank import active_size, compression_stats, prune_, size_surrogate, surrogate_normalizer, tt_layers
-from .tensorize import INIT_CHOICES, _validate_layer_config, tensorize
+from .compression_logging import compression_metrics, log_rank_table
+from .rank import prune_, tt_layers
+from .schedule import ComeraObjective, LossTarget, StageSchedule
+from .tensorize import tensorize
+from .tensorize_config import TensorizeConfig
 
 __all__ = ["ComeraCallback"]
 
 log = logging.getLogger(__name__)
-STAGES = ("early", "late", "final")
 UNSUPPORTED_STRATEGIES = ("FSDPStrategy", "DeepSpeedStrategy", "ModelParallelStrategy", "XLAStrategy", "SingleDeviceXLAStrategy")
-AUTO_LOSS_METRICS = ("val/loss", "val_loss", "validation/loss", "valid/loss")
-#: ``loss_target_metric`` value for the mean task loss of the early stage's last (possibly partial) epoch.
-TRAIN_LOSS_TARGET = "train"
-
-
-def _capturing() -> bool:
-    """True while a CUDA graph is being captured, where a host sync (the finite-loss check) is not allowed."""
-    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
-
-
-def _check_count(name: str, value: Any, minimum: int = 1) -> None:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < minimum):
-        raise ValueError(f"{name} must be an integer >= {minimum} or None, got {value!r}.")
-
-
-def _check_number(name: str, value: Any, low: float, high: float | None = None, low_open: bool = False) -> None:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    ok = ok and (value > low if low_open else value >= low) and (high is None or value <= high)
-    if not ok:
-        bounds = f"{'(' if low_open else '['}{low}, {high if high is not None else '∞'}{']' if high is not None else ')'}"
-        raise ValueError(f"{name} must be a number in {bounds}, got {value!r}.")
+_WRAPPED = ("training_step", "configure_model")  # module methods the callback wraps during a run
 
 
 class ComeraCallback(Callback):
     """Train the model's chosen layers in TT form with ranks that shrink (CoMERA), for any LightningModule.
 
-    Schedules: ``early_epochs`` or ``early_steps`` (default: two thirds of ``max_epochs``), then a
-    late stage of ``late_epochs``/``late_steps`` (default: until training ends), pruned at the
-    stage switch and every ``prune_every_n_epochs`` (default 1) or ``prune_every_n_steps``. ``loss_target``
-    is ``L₀``; by default the validation loss logged at the end of the early stage (or the
-    early stage's last-epoch mean training loss when there is no validation), or the metric named
-    by ``loss_target_metric``; ``loss_target_metric="train"`` takes that mean training loss even
-    when a validation loss exists (the late stage compares L₀ with training losses, and a
-    validation loss above them lets it trade the generalisation gap for size).
-    Manual optimization: pass ``allow_manual_optimization=True`` and call
-    ``callback.objective(loss)`` yourself before ``manual_backward``.
+    Which layers and how: ``tensorize`` (a :class:`TensorizeConfig`; the CLI's ``comera.tensorize``
+    section), of which ``max_rank``, ``target_modules``, ``exclude_modules`` and
+    ``gate_threshold`` may also be given directly. Schedule: ``early_epochs`` or ``early_steps``
+    (default: two thirds of ``max_epochs``), then a late stage of ``late_epochs``/``late_steps``
+    (default: until training ends), pruned at the switch and every ``prune_every_n_epochs``
+    (default 1) or ``prune_every_n_steps``. L₀: ``loss_target``, or the metric
+    ``loss_target_metric`` (``"train"``: the early stage's last-epoch mean training loss), or the
+    validation loss (see :class:`LossTarget`). Manual optimization: pass
+    ``allow_manual_optimization=True`` and call ``loss = callback.objective(loss)`` yourself.
     """
 
     def __init__(
         self,
-        max_rank: int | list[int] = 30,
+        max_rank: int | list[int] | None = None,
         target_modules: str | list[str] | None = None,
         exclude_modules: str | list[str] | None = None,
         early_epochs: int | None = None,
         target_ratio: float = 0.2,
         rank_weight: float = 0.01,
-        gate_threshold: float = 1e-2,
+        gate_threshold: float | None = None,
         *,
+        tensorize: TensorizeConfig | None = None,
         early_steps: int | None = None,
         late_epochs: int | None = None,
         late_steps: int | None = None,
@@ -91,131 +72,71 @@ class ComeraCallback(Callback):
         prune_every_n_epochs: int | None = None,
         prune_every_n_steps: int | None = None,
         size_surrogate: str = "mean",
-        embedding_max_rank: int | list[int] | None = None,
-        num_cores: int | list[int] = 3,
-        embedding_num_cores: int = 4,
-        init: str = "random",
-        layer_config: dict[str, dict[str, Any]] | None = None,
-        min_compression: float = 2.0,
         log_bond_ranks: bool = True,
         check_finite_loss: bool = True,
         allow_manual_optimization: bool = False,
+        **tensorize_options: Any,
     ) -> None:
         super().__init__()
-        if isinstance(max_rank, int):
-            _check_count("max_rank", max_rank)
-        _check_count("early_epochs", early_epochs, 0)
-        _check_count("early_steps", early_steps, 0)
-        _check_count("late_epochs", late_epochs)
-        _check_count("late_steps", late_steps)
-        _check_count("prune_every_n_epochs", prune_every_n_epochs)
-        _check_count("prune_every_n_steps", prune_every_n_steps)
-        for a, b in (("early_epochs", "early_steps"), ("late_epochs", "late_steps"), ("prune_every_n_epochs", "prune_every_n_steps")):
-            if locals()[a] is not None and locals()[b] is not None:
-                raise ValueError(f"{a}={locals()[a]} and {b}={locals()[b]} conflict: set one of them (or neither).")
-        _check_number("target_ratio", target_ratio, 0.0, 1.0, low_open=True)
-        _check_number("rank_weight", rank_weight, 0.0)
-        _check_number("gate_threshold", gate_threshold, 0.0, 0.999)
-        _check_number("loss_weight", loss_weight, 0.0)
-        _check_number("size_weight", size_weight, 0.0)
-        _check_number("min_compression", min_compression, 0.0)
-        if loss_target is not None:
-            _check_number("loss_target", loss_target, 0.0)
-        if size_surrogate not in ("mean", "size"):
-            raise ValueError(f"size_surrogate={size_surrogate!r} is unknown; choose 'mean' or 'size'.")
-        if init not in INIT_CHOICES:
-            raise ValueError(f"init={init!r} is unknown; choose one of {INIT_CHOICES}.")
-        _validate_layer_config(layer_config or {})
-
-        self.tensorize_kwargs: dict[str, Any] = dict(
-            target_modules=target_modules, exclude_modules=exclude_modules, max_rank=max_rank,
-            embedding_max_rank=embedding_max_rank, num_cores=num_cores, embedding_num_cores=embedding_num_cores,
-            init=init, layer_config=layer_config, min_compression=min_compression, gate_threshold=gate_threshold,
-        )
-        self.early_epochs, self.early_steps = early_epochs, early_steps
-        self.late_epochs, self.late_steps = late_epochs, late_steps
-        self.target_ratio, self.rank_weight = float(target_ratio), float(rank_weight)
-        self.loss_target, self.loss_target_metric = loss_target, loss_target_metric
-        self.loss_weight, self.size_weight = float(loss_weight), float(size_weight)
-        if prune_every_n_epochs is None and prune_every_n_steps is None:
-            prune_every_n_epochs = 1  # the default interval, unless a step interval is asked for
-        self.prune_every_n_epochs, self.prune_every_n_steps = prune_every_n_epochs, prune_every_n_steps
-        self.size_surrogate_kind = size_surrogate
+        shortcuts = dict(max_rank=max_rank, target_modules=target_modules, exclude_modules=exclude_modules, gate_threshold=gate_threshold)
+        self.tensorize_config = _tensorize_config(tensorize, shortcuts, tensorize_options)
+        self.schedule = StageSchedule(early_epochs, early_steps, late_epochs, late_steps, prune_every_n_epochs, prune_every_n_steps)
+        self.stage_objective = ComeraObjective(target_ratio, rank_weight, loss_weight, size_weight, size_surrogate)
+        self.loss_target = LossTarget(loss_target, loss_target_metric)
         self.log_bond_ranks, self.check_finite_loss = log_bond_ranks, check_finite_loss
         self.allow_manual_optimization = allow_manual_optimization
-
-        # Progress: checkpointed through state_dict so a resumed run continues exactly.
-        self.stage = "early"
-        self.size_at_switch: float | None = None
-        self.size_target: float | None = None
-        self.loss_target_value: float | None = None
-        self.gate_normalizer: float | None = None
-        self.late_start_epoch: int | None = None
-        self.late_start_step: int | None = None
-        self.last_prune_step = -1
-        self.prune_events = 0
-
-        self._layers: list = []
         self._trainer: pl.Trainer | None = None
-        self._last: dict[str, torch.Tensor] = {}
-        self._epoch_loss_sum: torch.Tensor | None = None
-        self._epoch_loss_count = 0
+
+    # ------------------------------------------------------------------ read-outs
+    @property
+    def stage(self) -> str:
+        """``"early"``, ``"late"`` or ``"final"``."""
+        return self.schedule.stage
+
+    @property
+    def prune_events(self) -> int:
+        """How many prunes have run."""
+        return self.schedule.prune_events
+
+    @property
+    def loss_target_value(self) -> float | None:
+        """L₀ of the late stage (None before the switch)."""
+        return self.stage_objective.loss_target
+
+    @property
+    def size_target(self) -> float | None:
+        """S₀ of the late stage (None before the switch)."""
+        return self.stage_objective.size_target
 
     # ------------------------------------------------------------------ setup / teardown
+    @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        """Tensorize the module (once), check the run is supported, install the objective."""
+        """Check the run is supported; tensorize now, or right after ``configure_model`` when the module has one."""
         self._trainer = trainer
-        name = type(trainer.strategy).__name__
-        if name in UNSUPPORTED_STRATEGIES:
-            raise ValueError(
-                f"ComeraCallback does not support {name} yet: pruning changes parameter shapes, which sharded "
-                "strategies cannot follow. Use a single device, 'ddp' (also 'ddp_spawn'), or "
-                "comera_lightning.strategy.CUDAGraphStrategy."
-            )
-        if not pl_module.automatic_optimization and not self.allow_manual_optimization:
-            raise ValueError(
-                f"{type(pl_module).__name__} uses manual optimization, where ComeraCallback cannot add the rank "
-                "objective for you. Pass allow_manual_optimization=True and call `loss = callback.objective(loss)` "
-                "before `self.manual_backward(loss)`."
-            )
-        report = tensorize(pl_module, **self.tensorize_kwargs)
+        _check_supported(trainer, pl_module, self.allow_manual_optimization)
+        if is_overridden("configure_model", pl_module, pl.LightningModule):
+            _wrap_method(pl_module, "configure_model", lambda result: self._tensorize(pl_module))
+        else:
+            self._tensorize(pl_module)
+        if stage == "fit":
+            for message in self.schedule.resolve(trainer.max_epochs):
+                rank_zero_info(f"ComeraCallback: {message}")
+            if pl_module.automatic_optimization:
+                _wrap_method(pl_module, "training_step", self._apply_objective)
+
+    def _tensorize(self, pl_module: pl.LightningModule) -> None:
+        report = tensorize(pl_module, self.tensorize_config)
         if report.swapped:
             rank_zero_info(str(report))
-        self._layers = [m for _, m in tt_layers(pl_module)]
-        if self.gate_normalizer is None:
-            self.gate_normalizer = surrogate_normalizer(self._layers, self.size_surrogate_kind)
+        self.stage_objective.bind([m for _, m in tt_layers(pl_module)])
         install_checkpoint_loading(type(pl_module))
-        if stage == "fit":
-            self._resolve_schedule(trainer)
-            if pl_module.automatic_optimization:
-                self._wrap_training_step(pl_module)
 
+    @override
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        """Give the module its own ``training_step`` back."""
-        original = pl_module.__dict__.pop("_comera_original_training_step", None)
-        if original is not None:
-            pl_module.__dict__.pop("training_step", None)
-
-    def _resolve_schedule(self, trainer: pl.Trainer) -> None:
-        if self.early_epochs is None and self.early_steps is None:
-            if trainer.max_epochs is None or trainer.max_epochs < 1:
-                raise ValueError("ComeraCallback needs early_epochs or early_steps when the Trainer has no max_epochs.")
-            self.early_epochs = max(1, round(2 * trainer.max_epochs / 3))
-            rank_zero_info(f"ComeraCallback: early stage = {self.early_epochs} of {trainer.max_epochs} epochs (2/3, the paper's 20 of 30).")
-        if self.early_epochs is not None and trainer.max_epochs is not None and 0 < trainer.max_epochs <= self.early_epochs:
-            rank_zero_warn(
-                f"early_epochs={self.early_epochs} >= max_epochs={trainer.max_epochs}: the late (compression) stage will not start."
-            )
-
-    def _wrap_training_step(self, pl_module: pl.LightningModule) -> None:
-        original = pl_module.__dict__.get("_comera_original_training_step") or pl_module.training_step
-
-        @functools.wraps(original)
-        def training_step(*args: Any, **kwargs: Any) -> Any:
-            return self._apply_objective(original(*args, **kwargs))
-
-        pl_module.__dict__["_comera_original_training_step"] = original
-        pl_module.training_step = training_step
+        """Give the module its own methods back."""
+        for name in _WRAPPED:
+            if pl_module.__dict__.pop(f"_comera_original_{name}", None) is not None:
+                pl_module.__dict__.pop(name, None)
 
     # ------------------------------------------------------------------ objective
     def _apply_objective(self, output: Any) -> Any:
@@ -225,128 +146,75 @@ class ComeraCallback(Callback):
             return self.objective(output)
         if isinstance(output, Mapping) and "loss" in output:
             return {**output, "loss": self.objective(output["loss"]), "task_loss": output["loss"].detach()}
-        raise TypeError(
-            f"training_step returned {type(output).__name__}; ComeraCallback needs a loss tensor or a dict with a 'loss' key."
-        )
+        raise TypeError(f"training_step returned {type(output).__name__}; ComeraCallback needs a loss tensor or a dict with a 'loss' key.")
 
     def objective(self, task_loss: torch.Tensor) -> torch.Tensor:
-        """The stage's training objective for a task loss ``L`` (METHOD §2)."""
+        """The current stage's training objective for a task loss ``L`` (docs/METHOD.md §2)."""
         if self.check_finite_loss and not _capturing() and not bool(torch.isfinite(task_loss.detach()).all()):
-            self._raise_non_finite(task_loss)
-        surrogate = size_surrogate(self._layers, self.size_surrogate_kind, self.gate_normalizer)
-        loss = task_loss.detach().float()
-        self._last = {"task_loss": loss, "size_surrogate": surrogate.detach()}
-        if self._epoch_loss_sum is None:  # called outside a training epoch
-            self._reset_epoch_loss(loss.device)
-        self._epoch_loss_sum.add_(loss)  # in place: a replayed CUDA graph keeps adding into the same tensors
-        self._epoch_loss_count.add_(1)
-        if self.stage == "early":
-            return task_loss + self.rank_weight * surrogate
-        if self.stage == "final":
-            return task_loss
-        size = active_size(self._layers)
-        size = size.clamp_min(1.0)  # a model pruned to nothing must not divide by zero
-        lam = ((loss - self.loss_target_value) / loss < (size - self.size_target) / size).to(loss.dtype)
-        self._last.update(lam=lam, active_size=size)
-        return self.loss_weight * task_loss + self.size_weight * surrogate + lam * surrogate + (1 - lam) * task_loss
+            raise FloatingPointError(
+                f"ComeraCallback: the training loss is {task_loss.detach().float().flatten()[0].item()} at {self._where()}. "
+                "Training stopped before this step's backward, so weights and saved checkpoints are not affected. "
+                "Lower the learning rate, enable gradient clipping, or check the data/inputs of this batch."
+            )
+        loss = self.stage_objective(task_loss, self.schedule.stage)
+        self.loss_target.observe(self.stage_objective.last["task_loss"])
+        return loss
 
-    def _raise_non_finite(self, task_loss: torch.Tensor) -> None:
+    def _where(self) -> str:
         trainer = self._trainer
-        where = f"global step {trainer.global_step}, epoch {trainer.current_epoch}" if trainer else "this step"
-        raise FloatingPointError(
-            f"ComeraCallback: the training loss is {task_loss.detach().float().flatten()[0].item()} at {where}. "
-            "Training stopped before this step's backward, so weights and saved checkpoints are not affected. "
-            "Lower the learning rate, enable gradient clipping, or check the data/inputs of this batch."
-        )
+        return f"global step {trainer.global_step}, epoch {trainer.current_epoch}" if trainer else "this step"
 
     # ------------------------------------------------------------------ schedule events
+    @override
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """Start a fresh per-epoch training-loss mean (a possible L₀)."""
+        self.loss_target.reset_epoch(pl_module.device)
+
+    @override
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
         """Step-based stage switches and pruning, then the compression curves."""
-        step = trainer.global_step
-        if step != self.last_prune_step:
-            if self.stage == "early" and self.early_steps is not None and step >= self.early_steps:
-                self._switch_to_late(trainer, pl_module)
-            elif self.stage == "late" and self.late_steps is not None and step - self.late_start_step >= self.late_steps:
-                self._finish_late(trainer, pl_module)
-            elif self.stage == "late" and self.prune_every_n_steps and (step - self.late_start_step) % self.prune_every_n_steps == 0:
-                self._prune(trainer, pl_module, "interval")
-        self._log_curves(trainer, pl_module)
+        self._carry_out(self.schedule.after_batch(trainer.global_step), trainer, pl_module)
+        if getattr(trainer._logger_connector, "should_update_logs", True):
+            metrics = compression_metrics(pl_module, self.schedule.stage, self.stage_objective.last, self.log_bond_ranks)
+            pl_module.log_dict(metrics, on_step=True, on_epoch=False, batch_size=1)
 
+    @override
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """Epoch-based stage switches and pruning (this epoch's validation has run), then the W&B rank table."""
+        self._carry_out(self.schedule.after_epoch(trainer.current_epoch + 1), trainer, pl_module)
+        log_rank_table(trainer)
+
+    @override
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """A validation at the step of a step-based switch ran after it: take L₀ from it, as an epoch-based switch would."""
-        refreshable = self.loss_target is None and self.loss_target_metric != TRAIN_LOSS_TARGET
-        if refreshable and self.stage == "late" and self.late_start_step == trainer.global_step and not trainer.sanity_checking:
-            self.loss_target_value = self._resolve_loss_target(trainer)
-            rank_zero_info(f"ComeraCallback: L₀={self.loss_target_value:.4f} from the validation at the stage switch.")
+        schedule = self.schedule
+        at_switch = schedule.stage == "late" and schedule.late_start_step == trainer.global_step
+        if self.loss_target.refreshable and at_switch and not trainer.sanity_checking:
+            self.stage_objective.loss_target = self.loss_target.resolve(trainer.callback_metrics)
+            rank_zero_info(f"ComeraCallback: L₀={self.stage_objective.loss_target:.4f} from the validation at the stage switch.")
 
-    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        """Start a fresh per-epoch training-loss mean (the fallback loss target)."""
-        self._reset_epoch_loss(pl_module.device)
-
-    def _reset_epoch_loss(self, device: torch.device) -> None:
-        """Zero the epoch's loss sum and step count, in place when they exist (a captured CUDA graph adds into them)."""
-        if isinstance(self._epoch_loss_count, torch.Tensor) and self._epoch_loss_count.device == device:
-            self._epoch_loss_sum.zero_()
-            self._epoch_loss_count.zero_()
-        else:
-            self._epoch_loss_sum, self._epoch_loss_count = torch.zeros((), device=device), torch.zeros((), device=device)
-
-    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        """Epoch-based stage switches and pruning (validation of this epoch has already run)."""
-        done = trainer.current_epoch + 1
-        if self.stage == "early" and self.early_epochs is not None and done >= self.early_epochs:
-            self._switch_to_late(trainer, pl_module)
-        elif self.stage == "late" and self.late_epochs is not None and done - self.late_start_epoch >= self.late_epochs:
-            self._finish_late(trainer, pl_module)
-        elif self.stage == "late" and self.prune_every_n_epochs and (done - self.late_start_epoch) % self.prune_every_n_epochs == 0:
+    def _carry_out(self, event: str | None, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if event == "switch":
+            self.stage_objective.enter_late(self.loss_target.resolve(trainer.callback_metrics))
+            self.schedule.enter_late(trainer.current_epoch + 1, trainer.global_step)
+            objective = self.stage_objective
+            rank_zero_info(
+                f"ComeraCallback: late stage from step {trainer.global_step}: S={objective.size_at_switch:,.0f} → target "
+                f"S₀={objective.size_target:,.0f} (ratio {objective.target_ratio}), L₀={objective.loss_target:.4f}."
+            )
+            self._prune(trainer, pl_module, "stage switch")
+        elif event == "finish":
+            self._prune(trainer, pl_module, "end of late stage")
+            self.schedule.enter_final()
+            rank_zero_info(f"ComeraCallback: late stage done at step {trainer.global_step}; training on the task loss only.")
+        elif event == "prune":
             self._prune(trainer, pl_module, "interval")
-        self._log_rank_table(trainer)
-
-    def _switch_to_late(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self.size_at_switch = float(active_size(self._layers))
-        self.size_target = self.target_ratio * self.size_at_switch
-        self.loss_target_value = self._resolve_loss_target(trainer)
-        self.stage = "late"
-        self.late_start_epoch, self.late_start_step = trainer.current_epoch + 1, trainer.global_step
-        rank_zero_info(
-            f"ComeraCallback: late stage from step {trainer.global_step}: S={self.size_at_switch:,.0f} → target "
-            f"S₀={self.size_target:,.0f} (ratio {self.target_ratio}), L₀={self.loss_target_value:.4f}."
-        )
-        self._prune(trainer, pl_module, "stage switch")
-
-    def _finish_late(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._prune(trainer, pl_module, "end of late stage")
-        self.stage = "final"
-        rank_zero_info(f"ComeraCallback: late stage done at step {trainer.global_step}; training on the task loss only.")
-
-    def _resolve_loss_target(self, trainer: pl.Trainer) -> float:
-        if self.loss_target is not None:
-            return float(self.loss_target)
-        metrics = trainer.callback_metrics
-        if self.loss_target_metric == TRAIN_LOSS_TARGET:
-            if not self._epoch_loss_count:
-                raise ValueError(f"loss_target_metric={TRAIN_LOSS_TARGET!r}: no training step ran in the early stage's last epoch.")
-            return float(self._epoch_loss_sum / self._epoch_loss_count)
-        if self.loss_target_metric is not None:
-            if self.loss_target_metric not in metrics:
-                raise ValueError(
-                    f"loss_target_metric={self.loss_target_metric!r} was not logged by the end of the early stage; "
-                    f"logged metrics: {sorted(metrics)}."
-                )
-            return float(metrics[self.loss_target_metric])
-        for key in AUTO_LOSS_METRICS:
-            if key in metrics:
-                return float(metrics[key])
-        if self._epoch_loss_sum is not None and self._epoch_loss_count:
-            return float(self._epoch_loss_sum / self._epoch_loss_count)
-        raise ValueError("ComeraCallback could not pick a loss target: set loss_target or log a validation loss ('val/loss').")
 
     def _prune(self, trainer: pl.Trainer, pl_module: pl.LightningModule, reason: str) -> None:
         summary = prune_(pl_module, trainer.optimizers)
-        self.last_prune_step = trainer.global_step
-        self.prune_events += 1
+        self.schedule.record_prune(trainer.global_step)
         if summary.removed:
-            self._rewrap_ddp(trainer)
+            _rewrap_ddp(trainer)
         notify = getattr(trainer.strategy, "on_parameters_resized", None)
         if callable(notify):
             notify()
@@ -355,67 +223,99 @@ class ComeraCallback(Callback):
             f"{summary.parameters_before:,} → {summary.parameters_after:,} parameters."
         )
 
-    @staticmethod
-    def _rewrap_ddp(trainer: pl.Trainer) -> None:
-        """DDP's reducer buckets are sized for the old shapes: wrap the module again."""
-        from torch.nn.parallel import DistributedDataParallel
-
-        strategy = trainer.strategy
-        if isinstance(strategy.model, DistributedDataParallel) and hasattr(strategy, "_setup_model"):
-            strategy.model = strategy._setup_model(strategy.model.module)
-
-    # ------------------------------------------------------------------ logging
-    def _log_curves(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if not getattr(trainer._logger_connector, "should_update_logs", True):
-            return
-        stats = compression_stats(pl_module)
-        metrics: dict[str, Any] = {
-            "comera/compression_model": stats.model_compression,
-            "comera/compression_tt": stats.tt_compression,
-            "comera/params_model": float(stats.model_parameters),
-            "comera/params_tt": float(stats.tt_parameters),
-            "comera/stage": float(STAGES.index(self.stage)),
-        }
-        size = self._last.get("active_size")
-        size = active_size(self._layers) if size is None else size
-        metrics["comera/params_tt_active"] = size
-        metrics["comera/compression_tt_active"] = stats.dense_tt_parameters / size.clamp_min(1)
-        for key in ("size_surrogate", "lam", "task_loss"):
-            if key in self._last:
-                metrics[f"comera/{key}"] = self._last[key]
-        if self.log_bond_ranks:
-            for name, layer in tt_layers(pl_module):
-                for k, mask in enumerate(layer.gate_masks()):
-                    metrics[f"comera/rank/{name}/{k}"] = mask.sum().float()
-        pl_module.log_dict(metrics, on_step=True, on_epoch=False, batch_size=1)
-
-    def _log_rank_table(self, trainer: pl.Trainer) -> None:
-        from lightning.pytorch.loggers import WandbLogger
-
-        loggers = [lg for lg in trainer.loggers if isinstance(lg, WandbLogger)]
-        if not loggers or trainer.lightning_module is None:
-            return
-        rows = [
-            [name, str(list(layer.ranks)), layer.num_parameters(), layer.dense_parameters(), round(layer.compression_ratio(), 2)]
-            for name, layer in tt_layers(trainer.lightning_module)
-        ]
-        for lg in loggers:
-            lg.log_table(key="comera/ranks", columns=["layer", "ranks", "params", "dense_params", "compression"], data=rows)
-
     # ------------------------------------------------------------------ checkpoints
+    @override
     def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]) -> None:
         """Record how the model was tensorized so ``Model.load_from_checkpoint`` can rebuild it."""
-        checkpoint["comera"] = {"tensorize": dict(self.tensorize_kwargs)}
+        checkpoint["comera"] = {"tensorize": self.tensorize_config.to_dict()}
 
+    @override
     def state_dict(self) -> dict[str, Any]:
-        """Stage, targets and counters (the model's ranks travel in its own state_dict)."""
-        keys = (
-            "stage", "size_at_switch", "size_target", "loss_target_value", "gate_normalizer",
-            "late_start_epoch", "late_start_step", "last_prune_step", "prune_events", "early_epochs",
-        )
-        return {k: getattr(self, k) for k in keys}
+        """Schedule progress and the objective's targets (the model's ranks travel in its own state_dict)."""
+        return {"schedule": self.schedule.state_dict(), "objective": self.stage_objective.state_dict()}
 
+    @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore what ``state_dict`` saved."""
-        for key, value in state_dict.items():
-            setattr(self, key, value)
+        """Restore what ``state_dict`` saved (also the flat layout of checkpoints written before 0.2)."""
+        state = state_dict if "schedule" in state_dict else _from_flat_state(state_dict)
+        unknown = set(state) - {"schedule", "objective"}
+        if unknown:
+            raise KeyError(f"ComeraCallback state has unknown keys {sorted(unknown)}; expected 'schedule' and 'objective'.")
+        self.schedule.load_state_dict(state["schedule"])
+        self.stage_objective.load_state_dict(state["objective"])
+
+
+# ---------------------------------------------------------------------- helpers
+def _tensorize_config(config: TensorizeConfig | None, shortcuts: dict[str, Any], legacy: dict[str, Any]) -> TensorizeConfig:
+    """The callback's TensorizeConfig: ``config`` with the direct arguments given (not None) applied."""
+    if legacy:
+        warnings.warn(
+            f"ComeraCallback({', '.join(f'{k}=...' for k in legacy)}) is deprecated: pass tensorize=TensorizeConfig(...) "
+            "(in a CLI config, the comera.tensorize section).",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+    changes = {**{k: v for k, v in shortcuts.items() if v is not None}, **legacy}
+    return (config if config is not None else TensorizeConfig()).replace(**changes)
+
+
+def _check_supported(trainer: pl.Trainer, pl_module: pl.LightningModule, allow_manual_optimization: bool) -> None:
+    name = type(trainer.strategy).__name__
+    if name in UNSUPPORTED_STRATEGIES:
+        raise ValueError(
+            f"ComeraCallback does not support {name} yet: pruning changes parameter shapes, which sharded "
+            "strategies cannot follow. Use a single device, 'ddp' (also 'ddp_spawn'), or "
+            "comera_lightning.strategy.CUDAGraphStrategy."
+        )
+    if not pl_module.automatic_optimization and not allow_manual_optimization:
+        raise ValueError(
+            f"{type(pl_module).__name__} uses manual optimization, where ComeraCallback cannot add the rank "
+            "objective for you. Pass allow_manual_optimization=True and call `loss = callback.objective(loss)` "
+            "before `self.manual_backward(loss)`."
+        )
+
+
+def _wrap_method(pl_module: pl.LightningModule, name: str, after: Any) -> None:
+    """Make ``pl_module.<name>`` return ``after(original(...))`` (once, however often it is called)."""
+    original = pl_module.__dict__.get(f"_comera_original_{name}") or getattr(pl_module, name)
+
+    @functools.wraps(original)
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        return after(original(*args, **kwargs))
+
+    pl_module.__dict__[f"_comera_original_{name}"] = original
+    setattr(pl_module, name, wrapped)
+
+
+def _capturing() -> bool:
+    """True while a CUDA graph is being captured, where a host sync (the finite-loss check) is not allowed."""
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+
+
+def _rewrap_ddp(trainer: pl.Trainer) -> None:
+    """DDP's reducer buckets are sized for the old shapes: wrap the module again."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    strategy = trainer.strategy
+    if isinstance(strategy.model, DistributedDataParallel) and hasattr(strategy, "_setup_model"):
+        strategy.model = strategy._setup_model(strategy.model.module)
+
+
+_FLAT_KEYS = {  # checkpoints written before 0.2 kept the callback's state flat
+    "stage": ("schedule", "stage"), "early_epochs": ("schedule", "early_epochs_resolved"),
+    "late_start_epoch": ("schedule", "late_start_epoch"), "late_start_step": ("schedule", "late_start_step"),
+    "last_prune_step": ("schedule", "last_prune_step"), "prune_events": ("schedule", "prune_events"),
+    "size_at_switch": ("objective", "size_at_switch"), "size_target": ("objective", "size_target"),
+    "loss_target_value": ("objective", "loss_target"), "gate_normalizer": ("objective", "normalizer"),
+}
+
+
+def _from_flat_state(flat: dict[str, Any]) -> dict[str, Any]:
+    unknown = set(flat) - set(_FLAT_KEYS)
+    if unknown:
+        raise KeyError(f"ComeraCallback state has unknown keys {sorted(unknown)}.")
+    state: dict[str, dict[str, Any]] = {"schedule": {}, "objective": {}}
+    for key, value in flat.items():
+        part, name = _FLAT_KEYS[key]
+        state[part][name] = value
+    return state

@@ -25,11 +25,12 @@ def restore_tensorized(module: nn.Module, checkpoint: dict[str, Any]) -> bool:
     """Tensorize ``module`` as recorded in ``checkpoint`` if it is still dense; True if it did."""
     from .rank import tt_layers
     from .tensorize import tensorize
+    from .tensorize_config import TensorizeConfig
 
     config = checkpoint.get("comera", {}).get("tensorize")
     if not config or tt_layers(module):
         return False
-    tensorize(module, **{**config, "init": "random"})  # the values come from the checkpoint
+    tensorize(module, TensorizeConfig.from_dict(config).replace(init="random"))  # the values come from the checkpoint
     return True
 
 

@@ -242,6 +242,3 @@ def _replace_everywhere(model: nn.Module, names: list[str], new: nn.Module) -> N
 def _count_parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
-
-def _validate_layer_config(layer_config):  # TEMPORARY until the callback takes a TensorizeConfig
-    TensorizeConfig(layer_config=dict(layer_config))

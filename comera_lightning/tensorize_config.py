@@ -95,7 +95,7 @@ def _is_number(value: Any) -> bool:
 def _check_ranks(name: str, value: Any) -> None:
     values = value if isinstance(value, (list, tuple)) else [value]
     if not values or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in values):
-        raise ValueError(f"{name} must be >= 1, got {value!r}: pass a positive int (or a list of them).")
+        raise ValueError(f"{name} must be an integer >= 1 (or a list of them), got {value!r}.")
 
 
 def _check_rules(name: str, rules: Any) -> None:

@@ -100,7 +100,7 @@ def test_print_config_round_trips(config: Path, tmp_path: Path, capsys: pytest.C
     assert "vocab_size" not in parsed["model"]["init_args"]  # a link target, filled in from the data module
 
 
-@pytest.mark.parametrize("section,key", [("comera", "max_rnak"), ("model.init_args", "d_modle"), ("trainer", "max_epoch")])
+@pytest.mark.parametrize("section,key", [("comera", "max_rnak"), ("comera.tensorize", "embedding_max_rnak"), ("model.init_args", "d_modle"), ("trainer", "max_epoch")])
 def test_config_typo_fails_naming_the_key(
     section: str, key: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -12,15 +12,14 @@ import torch.nn.functional as F
 import yaml
 from torch.utils.data import DataLoader
 
-from comera_lightning import ComeraCallback
+from comera_lightning import ComeraCallback, TensorizeConfig
 from comera_lightning.data.criteo import CRITEO_KAGGLE_TABLE_SIZES
 from comera_lightning.data.movielens import MovieLensClicksDataModule
 from comera_lightning.models.dlrm import DLRMClassifier, NormalizedEntropy, binary_entropy
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
-COMERA_KEYS = {
-    "max_rank", "target_modules", "early_epochs", "late_epochs", "target_ratio", "rank_weight", "embedding_max_rank"
-}
+COMERA_KEYS = {"early_epochs", "late_epochs", "target_ratio", "rank_weight"}
+TENSORIZE_KEYS = {"max_rank", "target_modules", "embedding_max_rank"}
 
 
 @pytest.fixture(scope="module")
@@ -154,7 +153,7 @@ def test_meta_embeddings_train_once_tensorized_and_are_refused_otherwise(moviele
         _trainer(max_steps=1).fit(model, train_dataloaders=_loader(fixed_batch, 1))
     callback = ComeraCallback(
         max_rank=4, target_modules=["model.sparse_arch.embedding_bag_collection"], early_steps=2, late_steps=1,
-        layer_config={"model.sparse_arch.embedding_bag_collection": {"min_rows": 500}},
+        tensorize=TensorizeConfig(layer_config={"model.sparse_arch.embedding_bag_collection": {"min_rows": 500}}),
     )
     model = _model(movielens, meta_embeddings=True)
     trainer = _trainer(max_steps=3, callbacks=[callback])
@@ -168,7 +167,7 @@ def test_meta_embeddings_train_once_tensorized_and_are_refused_otherwise(moviele
 def test_configs_build_a_model(name):
     config = yaml.safe_load((CONFIGS / name).read_text())
     assert {"seed_everything", "trainer", "model", "data", "comera"} <= set(config)
-    assert COMERA_KEYS <= set(config["comera"])
+    assert COMERA_KEYS <= set(config["comera"]) and TENSORIZE_KEYS <= set(config["comera"]["tensorize"])
     assert config["model"]["class_path"] == "comera_lightning.models.dlrm.DLRMClassifier"
     assert "CSVLogger" in config["trainer"]["logger"]["class_path"]
     init_args = {k: v for k, v in config["model"]["init_args"].items() if k != "optimizer"}
@@ -178,5 +177,5 @@ def test_configs_build_a_model(name):
     # The architecture is valid (built here with tiny tables: the Kaggle ones would take 17 GB).
     model = DLRMClassifier(table_sizes=[5] * 3, feature_names=["a", "b", "c"], num_dense=4, **init_args)
     names = dict(model.named_modules())
-    for target in config["comera"]["target_modules"]:
+    for target in config["comera"]["tensorize"]["target_modules"]:
         assert target in names, target

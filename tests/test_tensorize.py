@@ -115,7 +115,7 @@ def test_tied_weights_are_left_alone_with_a_reason():
         (dict(exclude_modules=["typo"]), r"exclude_modules entries \['typo'\]"),
         (dict(target_modules="zzz.*"), r"target_modules entries \['zzz.\*'\]"),
         (dict(target_modules="(unclosed"), "not a valid regular expression"),
-        (dict(max_rank=0), "max_rank must be >= 1, got 0"),
+        (dict(max_rank=0), r"max_rank must be an integer >= 1 \(or a list of them\), got 0"),
         (dict(init="xavier"), "init='xavier'"),
         (dict(layer_config={"ffn": {"rank": 3}}), r"unknown keys \['rank'\]"),
         (dict(layer_config={"ffn": {"row_modes": (2, 2)}}), "do not apply to blocks.0.ffn"),

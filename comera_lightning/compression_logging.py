@@ -1,0 +1,55 @@
+"""What the callback logs: compression curves every logged step, a per-layer rank table per epoch (W&B)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+from torch import nn
+
+from .rank import active_size, compression_stats, tt_layers
+from .schedule import STAGES
+
+__all__ = ["compression_metrics", "log_rank_table"]
+
+
+def compression_metrics(module: nn.Module, stage: str, terms: Mapping[str, torch.Tensor], bond_ranks: bool) -> dict[str, Any]:
+    """``comera/*`` metrics: compression and parameter counts, the stage, the objective's ``terms``, bond ranks."""
+    stats = compression_stats(module)
+    layers = tt_layers(module)
+    size = terms.get("active_size")
+    size = active_size([m for _, m in layers]) if size is None else size
+    metrics: dict[str, Any] = {
+        "comera/compression_model": stats.model_compression,
+        "comera/compression_tt": stats.tt_compression,
+        "comera/params_model": float(stats.model_parameters),
+        "comera/params_tt": float(stats.tt_parameters),
+        "comera/stage": float(STAGES.index(stage)),
+        "comera/params_tt_active": size,
+        "comera/compression_tt_active": stats.dense_tt_parameters / size.clamp_min(1),
+    }
+    for key in ("size_surrogate", "lam", "task_loss"):
+        if key in terms:
+            metrics[f"comera/{key}"] = terms[key]
+    if bond_ranks:
+        for name, layer in layers:
+            for k, mask in enumerate(layer.gate_masks()):
+                metrics[f"comera/rank/{name}/{k}"] = mask.sum().float()
+    return metrics
+
+
+def log_rank_table(trainer: pl.Trainer) -> None:
+    """A ``comera/ranks`` table (layer, ranks, parameters, compression) for every W&B logger of ``trainer``."""
+    from lightning.pytorch.loggers import WandbLogger
+
+    loggers = [lg for lg in trainer.loggers if isinstance(lg, WandbLogger)]
+    if not loggers or trainer.lightning_module is None:
+        return
+    rows = [
+        [name, str(list(layer.ranks)), layer.num_parameters(), layer.dense_parameters(), round(layer.compression_ratio(), 2)]
+        for name, layer in tt_layers(trainer.lightning_module)
+    ]
+    for lg in loggers:
+        lg.log_table(key="comera/ranks", columns=["layer", "ranks", "params", "dense_params", "compression"], data=rows)

@@ -1,0 +1,83 @@
+"""LossTarget: the L₀ of the late stage's achievement scalarisation (docs/METHOD.md §2), and where it comes from.
+
+In order of precedence: a fixed ``value``; the metric named ``metric`` (``"train"``: the mean
+training loss of the early stage's last epoch, even when a validation loss exists); else the
+first validation loss logged under a usual name; else that mean training loss.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from .._checks import check_number
+
+__all__ = ["AUTO_LOSS_METRICS", "TRAIN_LOSS_TARGET", "LossTarget"]
+
+AUTO_LOSS_METRICS = ("val/loss", "val_loss", "validation/loss", "valid/loss")
+#: ``metric`` value for the mean task loss of the early stage's last (possibly partial) epoch.
+TRAIN_LOSS_TARGET = "train"
+
+
+class LossTarget:
+    """Picks L₀ at the stage switch; keeps the running mean of the epoch's task loss on device."""
+
+    def __init__(self, value: float | None = None, metric: str | None = None) -> None:
+        if value is not None:
+            check_number("loss_target", value, 0.0)
+        if metric is not None and not (isinstance(metric, str) and metric):
+            raise ValueError(f"loss_target_metric must be a metric name or None, got {metric!r}.")
+        self.value, self.metric = value, metric
+        self._sum: torch.Tensor | None = None
+        self._count: torch.Tensor | None = None
+
+    @property
+    def refreshable(self) -> bool:
+        """Whether a validation that ran after a step-based switch may replace L₀."""
+        return self.value is None and self.metric != TRAIN_LOSS_TARGET
+
+    def reset_epoch(self, device: torch.device) -> None:
+        """Zero the epoch's loss sum and count, in place when they exist (a captured CUDA graph adds into them)."""
+        if self._count is not None and self._count.device == device:
+            self._sum.zero_()
+            self._count.zero_()
+        else:
+            self._sum, self._count = torch.zeros((), device=device), torch.zeros((), device=device)
+
+    def observe(self, task_loss: torch.Tensor) -> None:
+        """Add one step's (detached, float) task loss, in place: no host sync, CUDA-graph safe."""
+        if self._sum is None:  # called outside a training epoch
+            self.reset_epoch(task_loss.device)
+        self._sum.add_(task_loss)
+        self._count.add_(1)
+
+    def epoch_mean(self) -> float | None:
+        """The mean task loss of the current epoch so far, or None before any step."""
+        if self._count is None or not bool(self._count):
+            return None
+        return float(self._sum / self._count)
+
+    def resolve(self, metrics: Mapping[str, Any]) -> float:
+        """L₀ now, given the metrics logged so far (``trainer.callback_metrics``)."""
+        if self.value is not None:
+            return float(self.value)
+        if self.metric == TRAIN_LOSS_TARGET:
+            mean = self.epoch_mean()
+            if mean is None:
+                raise ValueError(f"loss_target_metric={TRAIN_LOSS_TARGET!r}: no training step ran in the early stage's last epoch.")
+            return mean
+        if self.metric is not None:
+            if self.metric not in metrics:
+                raise ValueError(
+                    f"loss_target_metric={self.metric!r} was not logged by the end of the early stage; logged metrics: {sorted(metrics)}."
+                )
+            return float(metrics[self.metric])
+        for key in AUTO_LOSS_METRICS:
+            if key in metrics:
+                return float(metrics[key])
+        mean = self.epoch_mean()
+        if mean is None:
+            raise ValueError("ComeraCallback could not pick a loss target: set loss_target or log a validation loss ('val/loss').")
+        return mean

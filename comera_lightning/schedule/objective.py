@@ -1,0 +1,90 @@
+"""ComeraObjective: the loss each CoMERA stage trains on (docs/METHOD.md §2).
+
+* early stage: ``L + γ·R``;
+* late stage: ``ρ_L·L + ρ_R·R + λ·R + (1−λ)·L`` with ``λ = 1[(L−L₀)/L < (S−S₀)/S]``, on device;
+* final stage: ``L``.
+
+``L`` is the task loss, ``R`` the size surrogate of the gates (``rank.size_surrogate``), ``S``
+the exact active size and ``S₀ = target_ratio · S`` at the switch. Plain torch, no Lightning:
+it works on a list of TT layers, and each call leaves its terms in ``last`` for logging.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from .._checks import check_number
+from ..layers import TTModule
+from ..rank import SURROGATES, active_size, size_surrogate, surrogate_normalizer
+
+__all__ = ["ComeraObjective"]
+
+_STATE = ("size_at_switch", "size_target", "loss_target", "normalizer")
+
+
+class ComeraObjective:
+    """The stage's objective for a task loss; ``enter_late`` fixes S, S₀ and L₀ at the switch."""
+
+    def __init__(
+        self,
+        target_ratio: float = 0.2,
+        rank_weight: float = 0.01,
+        loss_weight: float = 0.1,
+        size_weight: float = 0.01,
+        surrogate: str = "mean",
+    ) -> None:
+        check_number("target_ratio", target_ratio, 0.0, 1.0, low_open=True)
+        check_number("rank_weight", rank_weight, 0.0)
+        check_number("loss_weight", loss_weight, 0.0)
+        check_number("size_weight", size_weight, 0.0)
+        if surrogate not in SURROGATES:
+            raise ValueError(f"size_surrogate={surrogate!r} is unknown; choose one of {SURROGATES}.")
+        self.target_ratio, self.rank_weight = float(target_ratio), float(rank_weight)
+        self.loss_weight, self.size_weight, self.surrogate = float(loss_weight), float(size_weight), surrogate
+        self.size_at_switch: float | None = None
+        self.size_target: float | None = None
+        self.loss_target: float | None = None
+        self.normalizer: float | None = None
+        self.layers: list[TTModule] = []
+        self.last: dict[str, torch.Tensor] = {}
+
+    def bind(self, layers: Sequence[TTModule]) -> None:
+        """Work on these TT layers; the surrogate's denominator is fixed the first time (pruning must not make R jump)."""
+        self.layers = list(layers)
+        if self.normalizer is None:
+            self.normalizer = surrogate_normalizer(self.layers, self.surrogate)
+
+    def __call__(self, task_loss: torch.Tensor, stage: str) -> torch.Tensor:
+        """The objective of ``stage`` for ``task_loss``; its terms (detached) go to ``last``."""
+        surrogate = size_surrogate(self.layers, self.surrogate, self.normalizer)
+        loss = task_loss.detach().float()
+        self.last = {"task_loss": loss, "size_surrogate": surrogate.detach()}
+        if stage == "early":
+            return task_loss + self.rank_weight * surrogate
+        if stage == "final":
+            return task_loss
+        size = active_size(self.layers).clamp_min(1.0)  # a model pruned to nothing must not divide by zero
+        lam = ((loss - self.loss_target) / loss < (size - self.size_target) / size).to(loss.dtype)
+        self.last.update(lam=lam, active_size=size)
+        return self.loss_weight * task_loss + self.size_weight * surrogate + lam * surrogate + (1 - lam) * task_loss
+
+    def enter_late(self, loss_target: float) -> None:
+        """Fix S (the active size now), S₀ = target_ratio·S and L₀ for the late stage."""
+        self.size_at_switch = float(active_size(self.layers))
+        self.size_target = self.target_ratio * self.size_at_switch
+        self.loss_target = float(loss_target)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Targets and the surrogate's denominator."""
+        return {key: getattr(self, key) for key in _STATE}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore ``state_dict()`` output; unknown keys are an error."""
+        unknown = set(state) - set(_STATE)
+        if unknown:
+            raise KeyError(f"ComeraObjective state has unknown keys {sorted(unknown)}; expected {list(_STATE)}.")
+        for key, value in state.items():
+            setattr(self, key, value)

@@ -1,0 +1,123 @@
+"""StageSchedule: when CoMERA switches stages and prunes ranks, by epochs or by steps (docs/METHOD.md §2).
+
+Stages: ``early`` (task loss plus the size surrogate), ``late`` (achievement scalarisation,
+pruned at the switch and every N epochs/steps), and ``final`` (task loss only, reached when
+the late stage has a length). The schedule only decides; whoever drives it (the callback)
+carries out the returned events ``"switch"``, ``"prune"`` and ``"finish"`` and reports back
+with ``enter_late``, ``enter_final`` and ``record_prune``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._checks import check_count, check_exclusive
+
+__all__ = ["STAGES", "StageSchedule"]
+
+STAGES = ("early", "late", "final")
+_PROGRESS = ("stage", "early_epochs_resolved", "late_start_epoch", "late_start_step", "last_prune_step", "prune_events")
+
+
+class StageSchedule:
+    """Early → late → final, epoch- or step-based, with the late stage's prune points.
+
+    ``early_epochs``/``early_steps``: length of the early stage (neither: two thirds of the
+    Trainer's ``max_epochs``, fixed by ``resolve``). ``late_epochs``/``late_steps``: length of
+    the late stage (neither: until training ends). ``prune_every_n_epochs``/``_steps``: prune
+    interval in the late stage (neither: every epoch).
+    """
+
+    def __init__(
+        self,
+        early_epochs: int | None = None,
+        early_steps: int | None = None,
+        late_epochs: int | None = None,
+        late_steps: int | None = None,
+        prune_every_n_epochs: int | None = None,
+        prune_every_n_steps: int | None = None,
+    ) -> None:
+        check_count("early_epochs", early_epochs, 0)
+        check_count("early_steps", early_steps, 0)
+        for name, value in (("late_epochs", late_epochs), ("late_steps", late_steps),
+                            ("prune_every_n_epochs", prune_every_n_epochs), ("prune_every_n_steps", prune_every_n_steps)):
+            check_count(name, value)
+        check_exclusive(**{
+            "early_epochs|early_steps": (early_epochs, early_steps),
+            "late_epochs|late_steps": (late_epochs, late_steps),
+            "prune_every_n_epochs|prune_every_n_steps": (prune_every_n_epochs, prune_every_n_steps),
+        })
+        self.early_epochs, self.early_steps = early_epochs, early_steps
+        self.late_epochs, self.late_steps = late_epochs, late_steps
+        self.prune_every_n_steps = prune_every_n_steps
+        self.prune_every_n_epochs = prune_every_n_epochs if prune_every_n_steps is not None else (prune_every_n_epochs or 1)
+        self.stage = "early"
+        self.early_epochs_resolved = early_epochs
+        self.late_start_epoch: int | None = None
+        self.late_start_step: int | None = None
+        self.last_prune_step = -1
+        self.prune_events = 0
+
+    def resolve(self, max_epochs: int | None) -> list[str]:
+        """Fix the default early stage from the Trainer's ``max_epochs``; returns messages worth telling the user."""
+        messages = []
+        if self.early_epochs_resolved is None and self.early_steps is None:
+            if max_epochs is None or max_epochs < 1:
+                raise ValueError("ComeraCallback needs early_epochs or early_steps when the Trainer has no max_epochs.")
+            self.early_epochs_resolved = max(1, round(2 * max_epochs / 3))
+            messages.append(f"early stage = {self.early_epochs_resolved} of {max_epochs} epochs (2/3, the paper's 20 of 30).")
+        early = self.early_epochs_resolved
+        if early is not None and max_epochs is not None and 0 < max_epochs <= early:
+            messages.append(f"early_epochs={early} >= max_epochs={max_epochs}: the late (compression) stage will not start.")
+        return messages
+
+    def after_batch(self, step: int) -> str | None:
+        """The step-based event due after global step ``step``, if any."""
+        if step == self.last_prune_step:
+            return None
+        if self.stage == "early":
+            return "switch" if self.early_steps is not None and step >= self.early_steps else None
+        if self.stage != "late":
+            return None
+        since = step - self.late_start_step
+        if self.late_steps is not None and since >= self.late_steps:
+            return "finish"
+        return "prune" if self.prune_every_n_steps and since % self.prune_every_n_steps == 0 else None
+
+    def after_epoch(self, epochs_done: int) -> str | None:
+        """The epoch-based event due once ``epochs_done`` epochs have finished, if any."""
+        if self.stage == "early":
+            early = self.early_epochs_resolved
+            return "switch" if early is not None and epochs_done >= early else None
+        if self.stage != "late":
+            return None
+        since = epochs_done - self.late_start_epoch
+        if self.late_epochs is not None and since >= self.late_epochs:
+            return "finish"
+        return "prune" if self.prune_every_n_epochs and since % self.prune_every_n_epochs == 0 else None
+
+    def enter_late(self, epochs_done: int, step: int) -> None:
+        """The late stage starts now."""
+        self.stage, self.late_start_epoch, self.late_start_step = "late", epochs_done, step
+
+    def enter_final(self) -> None:
+        """The late stage is over: task loss only from now on."""
+        self.stage = "final"
+
+    def record_prune(self, step: int) -> None:
+        """A prune happened at ``step``."""
+        self.last_prune_step, self.prune_events = step, self.prune_events + 1
+
+    def state_dict(self) -> dict[str, Any]:
+        """Progress (the arguments are the constructor's, not saved)."""
+        return {key: getattr(self, key) for key in _PROGRESS}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore ``state_dict()`` output; unknown keys are an error."""
+        unknown = set(state) - set(_PROGRESS)
+        if unknown:
+            raise KeyError(f"StageSchedule state has unknown keys {sorted(unknown)}; expected {list(_PROGRESS)}.")
+        if state.get("stage", "early") not in STAGES:
+            raise ValueError(f"StageSchedule state has stage={state['stage']!r}; expected one of {STAGES}.")
+        for key, value in state.items():
+            setattr(self, key, value)
