@@ -27,7 +27,12 @@ from torchmetrics import Metric
 from torchmetrics.classification import MulticlassAccuracy
 
 from comera_lightning.models.encoder import EncoderConfig, TransformerEncoderModel, init_bert_weights
-from comera_lightning.models.optim_setup import check_scheduler_interval, configure_comera_optimizers, paper_adamw
+from comera_lightning.models.optim_setup import (
+    ParamGroupSettings,
+    check_scheduler_interval,
+    configure_comera_optimizers,
+    paper_adamw,
+)
 
 __all__ = [
     "MaskedLanguageModel",
@@ -174,6 +179,7 @@ class MaskedLanguageModel(LightningModule):
             self.lm_head.decoder.weight = self.backbone.embeddings.word_embeddings.weight
 
         self.optimizer = optimizer
+        self.param_group_settings = ParamGroupSettings(lr_cores, lr_gates, lr_other, weight_decay)
         self.scheduler = scheduler
         for stage in STAGES:
             # validate_args=False: the argument checks cost a device sync per step.
@@ -277,13 +283,15 @@ class MaskedLanguageModel(LightningModule):
         """The optimizer on the cores/gates/other groups (built now, after any tensorize) and the optional schedule."""
         hp = self.hparams
         if self.scheduler is not None or (hp.warmup_steps == 0 and hp.lr_decay == "constant"):
-            return configure_comera_optimizers(self, self.optimizer, self.scheduler)
+            return configure_comera_optimizers(
+                self, self.optimizer, self.scheduler, self.param_group_settings, self.hparams.scheduler_interval
+            )
         total = None
         if hp.lr_decay == "linear":
             total = hp.total_steps if hp.total_steps is not None else self._estimated_total_steps()
         factor = functools.partial(warmup_schedule_factor, warmup_steps=hp.warmup_steps, total_steps=total)
         warmup = functools.partial(torch.optim.lr_scheduler.LambdaLR, lr_lambda=factor)
-        return configure_comera_optimizers(self, self.optimizer, warmup, interval="step")
+        return configure_comera_optimizers(self, self.optimizer, warmup, self.param_group_settings, "step")
 
     def _estimated_total_steps(self) -> int:
         steps = self.trainer.estimated_stepping_batches

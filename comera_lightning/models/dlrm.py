@@ -23,7 +23,12 @@ from torchmetrics import Metric
 from torchmetrics.classification import BinaryAccuracy, BinaryAUROC
 
 from comera_lightning.data.click_logs import ClickBatch, embedding_bag_configs
-from comera_lightning.models.optim_setup import check_scheduler_interval, configure_comera_optimizers, paper_adamw
+from comera_lightning.models.optim_setup import (
+    ParamGroupSettings,
+    check_scheduler_interval,
+    configure_comera_optimizers,
+    paper_adamw,
+)
 
 try:
     from torchrec.models.dlrm import DLRM
@@ -185,6 +190,7 @@ class DLRMClassifier(LightningModule):
             over_arch_layer_sizes=over_sizes,
         )
         self.optimizer = optimizer
+        self.param_group_settings = ParamGroupSettings(lr_cores, lr_gates, lr_other, weight_decay, core_weight_decay)
         self.scheduler = scheduler
         self.train_metrics = _stage_metrics(auroc_thresholds)
         self.val_metrics = _stage_metrics(auroc_thresholds)
@@ -254,4 +260,6 @@ class DLRMClassifier(LightningModule):
 
     def configure_optimizers(self) -> Any:
         """The optimizer on the cores/gates/other groups (built now, after any tensorize) and the optional scheduler."""
-        return configure_comera_optimizers(self, self.optimizer, self.scheduler)
+        return configure_comera_optimizers(
+            self, self.optimizer, self.scheduler, self.param_group_settings, self.hparams.scheduler_interval
+        )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -9,7 +10,18 @@ from lightning.pytorch import LightningModule
 
 from comera_lightning.param_groups import comera_param_groups
 
-__all__ = ["paper_adamw", "check_scheduler_interval", "configure_comera_optimizers"]
+__all__ = ["ParamGroupSettings", "paper_adamw", "check_scheduler_interval", "configure_comera_optimizers"]
+
+
+@dataclass(frozen=True)
+class ParamGroupSettings:
+    """Learning rates and weight decay of the cores/gates/other groups (see :func:`comera_param_groups`)."""
+
+    lr_cores: float = 1e-4
+    lr_gates: float = 1e-3
+    lr_other: float = 5e-5
+    weight_decay: float = 0.0
+    core_weight_decay: float | None = None
 
 
 def paper_adamw(params: Any) -> torch.optim.Optimizer:
@@ -23,23 +35,22 @@ def check_scheduler_interval(interval: str) -> None:
         raise ValueError(f"scheduler_interval must be 'step' or 'epoch', got {interval!r}.")
 
 
-def configure_comera_optimizers(module: LightningModule, optimizer: Any, scheduler: Any | None, interval: str | None = None) -> Any:
-    """``configure_optimizers`` body: the optimizer callable on the cores/gates/other groups, plus a scheduler.
+def configure_comera_optimizers(
+    module: LightningModule, optimizer: Any, scheduler: Any | None, settings: ParamGroupSettings, interval: str = "step"
+) -> Any:
+    """``configure_optimizers`` body: the optimizer callable on ``module``'s param groups, plus a scheduler.
 
-    Reads ``lr_cores``, ``lr_gates``, ``lr_other``, ``weight_decay``, ``core_weight_decay`` (if
-    the module has it) and (unless ``interval`` is given) ``scheduler_interval`` from
-    ``module.hparams``. Called from ``configure_optimizers``, i.e. after ``tensorize`` made the cores.
+    Called from ``configure_optimizers``, i.e. after ``tensorize`` made the cores.
     """
-    hp = module.hparams
     groups = comera_param_groups(
-        module, lr_cores=hp.lr_cores, lr_gates=hp.lr_gates, lr_other=hp.lr_other,
-        weight_decay=hp.weight_decay, core_weight_decay=hp.get("core_weight_decay"),
+        module, lr_cores=settings.lr_cores, lr_gates=settings.lr_gates, lr_other=settings.lr_other,
+        weight_decay=settings.weight_decay, core_weight_decay=settings.core_weight_decay,
     )
     built = optimizer(groups)
     if scheduler is None:
         return built
     lr_scheduler = scheduler(built)
-    config: dict[str, Any] = {"scheduler": lr_scheduler, "interval": interval or hp.scheduler_interval}
+    config: dict[str, Any] = {"scheduler": lr_scheduler, "interval": interval}
     if isinstance(lr_scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
         config.update(monitor="val/loss", interval="epoch")
     return {"optimizer": built, "lr_scheduler": config}

@@ -13,7 +13,12 @@ from torchmetrics.classification import MulticlassAccuracy
 
 from comera_lightning.models.dropout import Dropout
 from comera_lightning.models.encoder import EncoderConfig, TransformerEncoderModel, init_bert_weights
-from comera_lightning.models.optim_setup import check_scheduler_interval, configure_comera_optimizers, paper_adamw
+from comera_lightning.models.optim_setup import (
+    ParamGroupSettings,
+    check_scheduler_interval,
+    configure_comera_optimizers,
+    paper_adamw,
+)
 
 __all__ = ["SentencePairClassifier", "paper_adamw"]
 
@@ -78,6 +83,7 @@ class SentencePairClassifier(LightningModule):
         init_bert_weights(self.classifier)
 
         self.optimizer = optimizer
+        self.param_group_settings = ParamGroupSettings(lr_cores, lr_gates, lr_other, weight_decay)
         self.scheduler = scheduler
         self.train_acc = MulticlassAccuracy(num_classes, average="micro", ignore_index=IGNORE_INDEX)
         self.val_acc = MulticlassAccuracy(num_classes, average="micro", ignore_index=IGNORE_INDEX)
@@ -126,4 +132,6 @@ class SentencePairClassifier(LightningModule):
 
     def configure_optimizers(self) -> Any:
         """The optimizer on the cores/gates/other groups (built now, after any tensorize) and the optional scheduler."""
-        return configure_comera_optimizers(self, self.optimizer, self.scheduler)
+        return configure_comera_optimizers(
+            self, self.optimizer, self.scheduler, self.param_group_settings, self.hparams.scheduler_interval
+        )
