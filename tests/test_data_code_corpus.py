@@ -129,7 +129,7 @@ def test_user_dirs_end_to_end(source_tree: Path) -> None:
     keys = sorted(d.key for split in docs.values() for d in split)
     assert len(keys) == 41 and "pkg2/cookie.py" in keys  # a PEP 263 cookie is honoured
     assert not any("tests/" in k or "site-packages" in k or k.endswith(".txt") for k in keys)
-    assert all(docs[s] for s in ("train", "validation", "test"))
+    assert all(docs[s] for s in ("train", "val", "test"))
 
     assert (dm.vocab_size, dm.pad_token_id, dm.mask_token_id) == (300, 1, 4)
     dm.setup("fit")
@@ -155,7 +155,7 @@ def test_split_is_by_file_and_deterministic(source_tree: Path) -> None:
 
     a, b = splits(), splits()
     assert a == b
-    assert not (a["train"] & a["validation"]) and not (a["train"] & a["test"]) and not (a["validation"] & a["test"])
+    assert not (a["train"] & a["val"]) and not (a["train"] & a["test"]) and not (a["val"] & a["test"])
     # adding a file never moves the others
     (source_tree / "pkg3" / "extra.py").write_text(python_source(99), encoding="utf-8")
     c = splits()
@@ -167,7 +167,7 @@ def test_tiny_corpus_still_has_eval_splits() -> None:
 
     docs = [CodeDocument(f"f{i}.py", "x = 1\n") for i in range(3)]
     parts = split_documents(docs, 0.01, 0.01)
-    assert all(len(parts[s]) == 1 for s in ("train", "validation", "test"))
+    assert all(len(parts[s]) == 1 for s in ("train", "val", "test"))
 
 
 def test_limits_and_missing_dir(source_tree: Path, tmp_path: Path) -> None:

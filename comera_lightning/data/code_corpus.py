@@ -1,9 +1,10 @@
-"""Masked-language-model pre-training data from source code (CodeBERT-style).
+"""`CodeCorpusDataModule`: masked-language-model pre-training batches from source code (CodeBERT-style).
 
-`CodeCorpusDataModule` reads a code corpus, splits it by file (a hash of each file's relative
-path picks train / validation / test, so a file never straddles splits), trains a byte-level BPE
-tokenizer on the training files (cached), packs the token stream into fixed blocks of
-`block_size` tokens (`<s>` first, `</s>` between documents), and masks tokens on the fly.
+It reads a code corpus (`code_files.py`), splits it by file (a hash of each file's relative path
+picks train / val / test, so a file never straddles splits: `code_splits.py`), trains a
+byte-level BPE tokenizer on the training files (cached), packs the token stream into fixed blocks
+of `block_size` tokens (`<s>` first, `</s>` between documents) and masks tokens on the fly
+(`mlm_batching.py`).
 
 Corpora:
 
@@ -19,269 +20,52 @@ Batches: `input_ids` (long, `[batch, block_size]`), `attention_mask` (bool, True
 
 from __future__ import annotations
 
-import gzip
-import hashlib
-import io
-import json
 import logging
-import os
-import sysconfig
-import tokenize
 import warnings
-from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
-import lightning.pytorch as pl
-import numpy as np
 import torch
 from tokenizers import Tokenizer
-from torch.utils.data import DataLoader, Dataset, RandomSampler
 
+from comera_lightning.data.code_files import (  # noqa: F401 - re-exported
+    ALWAYS_EXCLUDED_DIRS,
+    CODE_FIELDS,
+    TEST_DIR_NAMES,
+    CodeDocument,
+    _code_record,
+    _excluded_dir,
+    list_source_files,
+    read_code_jsonl,
+    read_source_documents,
+    read_source_file,
+    stdlib_dir,
+)
+from comera_lightning.data.code_splits import _unit_hash, split_documents, split_of, unit_hash  # noqa: F401
+from comera_lightning.data.mlm_batching import MLMCollator, PackedBlocks, pack_blocks
+from comera_lightning.data.splits import SPLITS, SplitDict
+from comera_lightning.data.text_base import TokenizedTextDataModule
 from comera_lightning.data.tokenizer import BPE_SPECIAL_TOKENS, load_or_train_bytelevel_bpe
+
+__all__ = [
+    "CodeCorpusDataModule",
+    "CodeDocument",
+    "MLMCollator",
+    "PackedBlocks",
+    "list_source_files",
+    "pack_blocks",
+    "read_code_jsonl",
+    "read_source_file",
+    "split_documents",
+    "split_of",
+    "stdlib_dir",
+]
 
 log = logging.getLogger(__name__)
 
-SPLITS = ("train", "validation", "test")
-TEST_DIR_NAMES = frozenset({"test", "tests", "idle_test"})
-ALWAYS_EXCLUDED_DIRS = frozenset({"site-packages", "dist-packages", "__pycache__"})
-CODE_FIELDS = ("code", "original_string")
 _MAX_NAMED_IN_WARNING = 20
 
 
-@dataclass(frozen=True)
-class CodeDocument:
-    """One document of the corpus: `key` (a relative path, decides the split) and its text."""
-
-    key: str
-    text: str
-
-
-# --------------------------------------------------------------------------- reading the corpus
-
-
-def stdlib_dir() -> Path:
-    """The directory of this interpreter's Python standard library."""
-    return Path(sysconfig.get_paths()["stdlib"])
-
-
-def list_source_files(
-    roots: Sequence[str | os.PathLike[str]], extensions: Sequence[str], exclude_tests: bool = True
-) -> list[tuple[str, Path]]:
-    """Return `(relative key, path)` of every file under `roots` with one of `extensions`, sorted by key."""
-    exts = tuple(e if e.startswith(".") else f".{e}" for e in extensions)
-    found: dict[str, Path] = {}
-    for root in map(Path, roots):
-        root = root.expanduser()
-        if not root.is_dir():
-            raise FileNotFoundError(f"source directory {str(root)!r} does not exist or is not a directory")
-        for dirpath, dirnames, filenames in os.walk(root):
-            # Prune in place so os.walk never descends into excluded folders.
-            dirnames[:] = sorted(d for d in dirnames if not _excluded_dir(d, exclude_tests))
-            for name in filenames:
-                if name.endswith(exts):
-                    path = Path(dirpath) / name
-                    key = path.relative_to(root).as_posix()
-                    found.setdefault(key if len(roots) == 1 else f"{root.name}/{key}", path)
-    return sorted(found.items())
-
-
-def _excluded_dir(name: str, exclude_tests: bool) -> bool:
-    return name in ALWAYS_EXCLUDED_DIRS or (exclude_tests and name in TEST_DIR_NAMES)
-
-
-def read_source_file(path: Path) -> str:
-    """Decode a source file: UTF-8 (BOM allowed), or a Python file's PEP 263 coding cookie; raises if it cannot."""
-    data = path.read_bytes()
-    if path.suffix == ".py":
-        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
-        return data.decode(encoding)
-    return data.decode("utf-8-sig")
-
-
-def read_code_jsonl(path: str | os.PathLike[str], max_docs: int | None = None) -> list[CodeDocument]:
-    """Read CodeSearchNet-style JSONL (plain or `.gz`), one record per line with a `code` or `original_string`."""
-    file = Path(path).expanduser()
-    if not file.is_file():
-        raise FileNotFoundError(f"JSONL file {str(file)!r} does not exist")
-    opener = gzip.open if file.suffix == ".gz" else open
-    docs: list[CodeDocument] = []
-    with opener(file, "rt", encoding="utf-8") as handle:
-        lineno = 0
-        try:
-            for lineno, line in enumerate(handle, start=1):
-                if max_docs is not None and len(docs) >= max_docs:
-                    break
-                if line.strip():
-                    docs.append(_code_record(line, file, lineno))
-        except (UnicodeDecodeError, OSError, EOFError) as err:  # bad bytes or a corrupt gzip stream
-            raise ValueError(f"{file}: line {lineno + 1}: cannot read ({err}); expected UTF-8 JSONL") from err
-    return docs
-
-
-def _code_record(line: str, file: Path, lineno: int) -> CodeDocument:
-    try:
-        record = json.loads(line)
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{file}: line {lineno}: invalid JSON ({err.msg} at column {err.colno})") from err
-    if not isinstance(record, dict):
-        raise ValueError(f"{file}: line {lineno}: expected a JSON object, found {type(record).__name__}")
-    code = next((record[k] for k in CODE_FIELDS if isinstance(record.get(k), str)), None)
-    if code is None:
-        raise ValueError(f"{file}: line {lineno}: no string field `code` or `original_string` "
-                         f"(keys: {', '.join(sorted(record)[:10])})")
-    # Functions of one source file share its path, so they land in the same split.
-    if isinstance(record.get("path"), str):
-        key = f"{record.get('repo', '')}/{record['path']}"
-    else:
-        key = f"{file.name}:{lineno}"
-    return CodeDocument(key, code)
-
-
-def _unit_hash(key: str, salt: str) -> float:
-    """A deterministic number in [0, 1) for a key (stable across runs and machines, unlike `hash`)."""
-    digest = hashlib.blake2b(f"{salt}\x00{key}".encode("utf-8", "surrogateescape"), digest_size=8).digest()
-    return int.from_bytes(digest, "big") / 2**64
-
-
-def split_of(key: str, val_fraction: float, test_fraction: float, seed: int = 0) -> str:
-    """The split ('train', 'validation' or 'test') a document key belongs to."""
-    u = _unit_hash(key, f"split{seed}")
-    if u < val_fraction:
-        return "validation"
-    if u < val_fraction + test_fraction:
-        return "test"
-    return "train"
-
-
-def split_documents(
-    docs: Sequence[CodeDocument], val_fraction: float, test_fraction: float, seed: int = 0
-) -> dict[str, list[CodeDocument]]:
-    """Split documents by the hash of their keys; a split left empty borrows one training document."""
-    parts: dict[str, list[CodeDocument]] = {name: [] for name in SPLITS}
-    for doc in docs:
-        parts[split_of(doc.key, val_fraction, test_fraction, seed)].append(doc)
-    # Tiny corpora (max_files=10) could leave validation or test empty; give each one document.
-    for name, fraction in (("validation", val_fraction), ("test", test_fraction)):
-        if fraction > 0 and not parts[name] and len(parts["train"]) > 1:
-            parts[name].append(parts["train"].pop())
-    return parts
-
-
-# --------------------------------------------------------------------------- packing and masking
-
-
-def pack_blocks(
-    token_lists: Sequence[Sequence[int]], block_size: int, *, bos_id: int, sep_id: int, pad_id: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """Pack documents into `[num_blocks, block_size]` ids: `<s>` then `block_size - 1` tokens of the stream
-    `doc1 </s> doc2 </s> ...`; the last block is padded. Returns the blocks and each block's real length.
-    """
-    if block_size < 2:
-        raise ValueError(f"block_size must be >= 2, got {block_size}")
-    pieces = []
-    for ids in token_lists:
-        pieces.append(np.asarray(ids, dtype=np.int32))
-        pieces.append(np.asarray([sep_id], dtype=np.int32))
-    stream = np.concatenate(pieces) if pieces else np.zeros(0, np.int32)
-    body = block_size - 1
-    n_blocks = -(-len(stream) // body)  # ceil
-    blocks = np.full((n_blocks, block_size), pad_id, dtype=np.int32)
-    blocks[:, 0] = bos_id
-    padded = np.full(n_blocks * body, pad_id, dtype=np.int32)
-    padded[: len(stream)] = stream
-    blocks[:, 1:] = padded.reshape(n_blocks, body)
-    lengths = np.full(n_blocks, block_size, dtype=np.int64)
-    if n_blocks:
-        lengths[-1] = 1 + len(stream) - (n_blocks - 1) * body
-    return blocks, lengths
-
-
-class PackedBlocks(Dataset):
-    """Fixed-length token blocks; `labels` is set for evaluation splits, whose masks are drawn once."""
-
-    def __init__(self, blocks: np.ndarray, lengths: np.ndarray, labels: torch.Tensor | None = None,
-                 masked_ids: torch.Tensor | None = None) -> None:
-        self.blocks = torch.from_numpy(blocks)
-        positions = torch.arange(blocks.shape[1])
-        self.attention_mask = positions[None, :] < torch.from_numpy(lengths)[:, None]
-        self.labels = labels
-        self.masked_ids = masked_ids
-
-    def __len__(self) -> int:
-        return self.blocks.shape[0]
-
-    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
-        if self.masked_ids is not None and self.labels is not None:
-            return {"input_ids": self.masked_ids[index], "attention_mask": self.attention_mask[index],
-                    "labels": self.labels[index]}
-        return {"input_ids": self.blocks[index].long(), "attention_mask": self.attention_mask[index]}
-
-
-class MLMCollator:
-    """Stack blocks and apply dynamic BERT masking: select `mlm_probability` of the non-special tokens; of
-    those, 80% become `<mask>`, 10% a random non-special token and 10% stay; labels are -100 elsewhere.
-    """
-
-    def __init__(
-        self,
-        mask_token_id: int,
-        vocab_size: int,
-        special_token_ids: Sequence[int],
-        mlm_probability: float = 0.15,
-        mask_replace_prob: float = 0.8,
-        random_replace_prob: float = 0.1,
-        generator: torch.Generator | None = None,
-    ) -> None:
-        if not 0 < mlm_probability < 1:
-            raise ValueError(f"mlm_probability must be in (0, 1), got {mlm_probability}")
-        if mask_replace_prob < 0 or random_replace_prob < 0 or mask_replace_prob + random_replace_prob > 1:
-            raise ValueError("mask_replace_prob and random_replace_prob must be >= 0 with a sum <= 1, got "
-                             f"{mask_replace_prob} and {random_replace_prob}")
-        self.mask_token_id = mask_token_id
-        self.mlm_probability = mlm_probability
-        self.mask_replace_prob = mask_replace_prob
-        self.random_replace_prob = random_replace_prob
-        self.generator = generator
-        self.special_token_ids = torch.tensor(sorted(set(special_token_ids)), dtype=torch.long)
-        allowed = torch.ones(vocab_size, dtype=torch.bool)
-        allowed[self.special_token_ids[self.special_token_ids < vocab_size]] = False
-        self.random_candidates = allowed.nonzero().flatten()
-
-    def __call__(self, items: Sequence[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
-        """Stack `input_ids`/`attention_mask` and mask them (items that carry `labels` are stacked as they are)."""
-        input_ids = torch.stack([item["input_ids"] for item in items]).long()
-        attention_mask = torch.stack([item["attention_mask"] for item in items])
-        if "labels" in items[0]:
-            labels = torch.stack([item["labels"] for item in items])
-            return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
-        input_ids, labels = self.mask(input_ids, attention_mask)
-        return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
-
-    def mask(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-             generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Return masked ids and labels for a `[batch, length]` id tensor (the input is not modified)."""
-        gen = generator if generator is not None else self.generator
-        input_ids = input_ids.clone()
-        maskable = attention_mask.bool() & ~torch.isin(input_ids, self.special_token_ids)
-        selected = (torch.rand(input_ids.shape, generator=gen) < self.mlm_probability) & maskable
-        labels = torch.where(selected, input_ids, torch.full_like(input_ids, -100))
-        # One uniform draw per token picks <mask> / random / unchanged with the configured ratios.
-        choice = torch.rand(input_ids.shape, generator=gen)
-        to_mask = selected & (choice < self.mask_replace_prob)
-        to_random = selected & ~to_mask & (choice < self.mask_replace_prob + self.random_replace_prob)
-        input_ids[to_mask] = self.mask_token_id
-        n_random = int(to_random.sum())
-        if n_random:
-            picks = torch.randint(len(self.random_candidates), (n_random,), generator=gen)
-            input_ids[to_random] = self.random_candidates[picks]
-        return input_ids, labels
-
-
-# --------------------------------------------------------------------------- the data module
-
-
-class CodeCorpusDataModule(pl.LightningDataModule):
+class CodeCorpusDataModule(TokenizedTextDataModule):
     """Masked-LM batches from a code corpus (the local Python stdlib by default) with a cached byte-level BPE.
 
     Args:
@@ -305,7 +89,13 @@ class CodeCorpusDataModule(pl.LightningDataModule):
         seed: seed of the split hash, the training shuffle and the evaluation masks.
         num_workers: DataLoader worker processes.
         drop_last: drop the last incomplete training batch.
+
+    The arguments are read back from ``self.hparams``; ``vocab_size`` (the property) is the
+    size of the tokenizer actually built, ``hparams.vocab_size`` the size asked for. Training
+    blocks get fresh masks every time they are drawn; validation and test masks are drawn once.
     """
+
+    pad_token = "<pad>"
 
     def __init__(
         self,
@@ -329,79 +119,36 @@ class CodeCorpusDataModule(pl.LightningDataModule):
         drop_last: bool = False,
     ) -> None:
         super().__init__()
-        if block_size < 8:
-            raise ValueError(f"block_size must be >= 8, got {block_size}")
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        if not (0 <= val_fraction < 1 and 0 <= test_fraction < 1 and val_fraction + test_fraction < 1):
-            raise ValueError(f"val_fraction and test_fraction must be in [0, 1) with a sum below 1, "
-                             f"got {val_fraction} and {test_fraction}")
-        for name, value in (("max_files", max_files), ("max_bytes", max_bytes)):
-            if value is not None and value < 1:
-                raise ValueError(f"{name} must be None or >= 1, got {value}")
-        if not 0 < mlm_probability < 1:
-            raise ValueError(f"mlm_probability must be in (0, 1), got {mlm_probability}")
+        _check_arguments(block_size, batch_size, val_fraction, test_fraction, max_files, max_bytes, mlm_probability)
         self.save_hyperparameters()
-        self.source_dirs = list(source_dirs) if source_dirs else None
-        self.extensions = list(extensions) if extensions else [".py"]
-        self.jsonl_files = list(jsonl_files) if jsonl_files else None
-        self.exclude_tests = exclude_tests
-        self.block_size = block_size
-        self.batch_size = batch_size
-        self.eval_batch_size = eval_batch_size or batch_size
-        self.mlm_probability = mlm_probability
-        self.tokenizer_vocab_size = vocab_size
-        self.tokenizer_file = tokenizer_file
-        self.cache_dir = cache_dir
-        self.max_files = max_files
-        self.max_bytes = max_bytes
-        self.val_fraction = val_fraction
-        self.test_fraction = test_fraction
-        self.seed = seed
-        self.num_workers = num_workers
-        self.drop_last = drop_last
-        self._documents: dict[str, list[CodeDocument]] | None = None
-        self._tokenizer: Tokenizer | None = None
-        self._datasets: dict[str, PackedBlocks] = {}
+        self._documents: SplitDict[list[CodeDocument]] | None = None
         self.skipped_files: list[str] = []
 
     # ---- metadata
 
     @property
-    def documents(self) -> dict[str, list[CodeDocument]]:
+    def block_size(self) -> int:
+        """Tokens per packed block, `<s>` included."""
+        return self.hparams.block_size
+
+    @property
+    def mlm_probability(self) -> float:
+        """Fraction of non-special tokens selected for prediction."""
+        return self.hparams.mlm_probability
+
+    @property
+    def documents(self) -> SplitDict[list[CodeDocument]]:
         """The corpus documents of each split (read on first use)."""
         if self._documents is None:
             docs = self._read_corpus()
             if not docs:
                 raise ValueError(f"the code corpus is empty ({self._describe_source()}); "
                                  "check source_dirs / extensions / jsonl_files")
-            self._documents = split_documents(docs, self.val_fraction, self.test_fraction, self.seed)
+            hp = self.hparams
+            self._documents = split_documents(docs, hp.val_fraction, hp.test_fraction, hp.seed)
             log.info("code corpus (%s): %s documents", self._describe_source(),
                      {k: len(v) for k, v in self._documents.items()})
         return self._documents
-
-    @property
-    def tokenizer(self) -> Tokenizer:
-        """The byte-level BPE tokenizer (trained on the training files and cached, or the user's file)."""
-        if self._tokenizer is None:
-            train = self.documents["train"]
-            self._tokenizer = load_or_train_bytelevel_bpe(
-                lambda: (doc.text for doc in train), vocab_size=self.tokenizer_vocab_size,
-                cache_path=self.cache_dir, tokenizer_file=self.tokenizer_file,
-            )
-            self._tokenizer.no_truncation()
-            self._tokenizer.no_padding()
-        return self._tokenizer
-
-    @property
-    def vocab_size(self) -> int:
-        """Vocabulary size of the tokenizer (the embedding table size a model needs)."""
-        return self.tokenizer.get_vocab_size()
-
-    @property
-    def pad_token_id(self) -> int:
-        """Id of `<pad>`."""
-        return self._token_id("<pad>")
 
     @property
     def mask_token_id(self) -> int:
@@ -413,62 +160,30 @@ class CodeCorpusDataModule(pl.LightningDataModule):
         """Ids of `<s>`, `<pad>`, `</s>`, `<unk>`, `<mask>` (never selected for masking)."""
         return [self._token_id(tok) for tok in BPE_SPECIAL_TOKENS]
 
-    def _token_id(self, token: str) -> int:
-        token_id = self.tokenizer.token_to_id(token)
-        if token_id is None:  # only reachable with a tokenizer object swapped in by hand
-            raise ValueError(f"the tokenizer has no {token!r} token")
-        return token_id
-
     def collator(self, generator: torch.Generator | None = None) -> MLMCollator:
         """The dynamic-masking collate function of this corpus."""
         return MLMCollator(self.mask_token_id, self.vocab_size, self.special_token_ids,
                            mlm_probability=self.mlm_probability, generator=generator)
 
-    # ---- Lightning hooks
-
-    def prepare_data(self) -> None:
-        """Read the corpus and train (or load) the cached tokenizer once, on the main process."""
-        _ = self.tokenizer
-
-    def setup(self, stage: str | None = None) -> None:
-        """Tokenize and pack the splits the stage needs."""
-        wanted = {"fit": ("train", "validation"), "validate": ("validation",), "test": ("test",),
-                  "predict": ("test",)}.get(stage or "", SPLITS)
-        for name in wanted:
-            self.dataset(name)
-
-    def dataset(self, split: str) -> PackedBlocks:
-        """The packed blocks of a split (built on first use); evaluation splits carry fixed masks."""
-        if split not in SPLITS:
-            raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
-        if split not in self._datasets:
-            self._datasets[split] = self._build_dataset(split)
-        return self._datasets[split]
-
-    def train_dataloader(self) -> DataLoader:
-        """Shuffled training blocks with fresh masks every time a block is drawn."""
-        data = self.dataset("train")
-        sampler = RandomSampler(data, generator=torch.Generator().manual_seed(self.seed))
-        return DataLoader(data, batch_size=self.batch_size, sampler=sampler, drop_last=self.drop_last,
-                          collate_fn=self.collator(), num_workers=self.num_workers,
-                          persistent_workers=self.num_workers > 0)
-
-    def val_dataloader(self) -> DataLoader:
-        """Validation blocks with masks drawn once (the same every epoch)."""
-        return self._eval_loader("validation")
-
-    def test_dataloader(self) -> DataLoader:
-        """Test blocks with masks drawn once."""
-        return self._eval_loader("test")
-
-    def _eval_loader(self, split: str) -> DataLoader:
-        return DataLoader(self.dataset(split), batch_size=self.eval_batch_size, shuffle=False,
-                          collate_fn=self.collator(), num_workers=self.num_workers,
-                          persistent_workers=self.num_workers > 0)
+    def collate_fn(self, split: str) -> MLMCollator:
+        """`collator()` for every split (evaluation items carry their fixed masks and are only stacked)."""
+        return self.collator()
 
     # ---- building
 
+    def _build_tokenizer(self) -> Tokenizer:
+        """The byte-level BPE tokenizer (trained on the training files and cached, or the user's file)."""
+        train = self.documents["train"]
+        tokenizer = load_or_train_bytelevel_bpe(
+            lambda: (doc.text for doc in train), vocab_size=self.hparams.vocab_size,
+            cache_path=self.hparams.cache_dir, tokenizer_file=self.hparams.tokenizer_file,
+        )
+        tokenizer.no_truncation()
+        tokenizer.no_padding()
+        return tokenizer
+
     def _build_dataset(self, split: str) -> PackedBlocks:
+        """The packed blocks of a split; evaluation splits carry fixed masks."""
         docs = self.documents[split]
         if not docs:
             raise ValueError(f"the {split} split of the code corpus is empty ({self._describe_source()}); "
@@ -480,28 +195,43 @@ class CodeCorpusDataModule(pl.LightningDataModule):
         dataset = PackedBlocks(blocks, lengths)
         if split != "train":
             # Fixed evaluation masks make validation losses comparable across epochs and runs.
-            generator = torch.Generator().manual_seed(self.seed + SPLITS.index(split))
+            generator = torch.Generator().manual_seed(self.hparams.seed + SPLITS.index(split))
             masked, labels = self.collator().mask(dataset.blocks.long(), dataset.attention_mask, generator)
             dataset = PackedBlocks(blocks, lengths, labels=labels, masked_ids=masked)
         log.info("code corpus %s: %d documents -> %d blocks of %d tokens", split, len(docs), len(dataset),
                  self.block_size)
         return dataset
 
+    # ---- reading
+
+    @property
+    def _source_dirs(self) -> list[str] | None:
+        return list(self.hparams.source_dirs) if self.hparams.source_dirs else None
+
+    @property
+    def _extensions(self) -> list[str]:
+        return list(self.hparams.extensions) if self.hparams.extensions else [".py"]
+
+    @property
+    def _jsonl_files(self) -> list[str] | None:
+        return list(self.hparams.jsonl_files) if self.hparams.jsonl_files else None
+
     def _describe_source(self) -> str:
         parts = []
-        if self.source_dirs:
-            parts.append(f"source_dirs={self.source_dirs} extensions={self.extensions}")
-        if self.jsonl_files:
-            parts.append(f"jsonl_files={self.jsonl_files}")
+        if self._source_dirs:
+            parts.append(f"source_dirs={self._source_dirs} extensions={self._extensions}")
+        if self._jsonl_files:
+            parts.append(f"jsonl_files={self._jsonl_files}")
         return "; ".join(parts) or f"Python stdlib at {stdlib_dir()}"
 
     def _read_corpus(self) -> list[CodeDocument]:
+        max_files = self.hparams.max_files
         docs: list[CodeDocument] = []
-        if self.source_dirs or not self.jsonl_files:
-            roots = self.source_dirs or [str(stdlib_dir())]
-            docs.extend(self._read_files(list_source_files(roots, self.extensions, self.exclude_tests)))
-        for path in self.jsonl_files or []:
-            remaining = None if self.max_files is None else self.max_files - len(docs)
+        if self._source_dirs or not self._jsonl_files:
+            roots = self._source_dirs or [str(stdlib_dir())]
+            docs.extend(self._read_files(list_source_files(roots, self._extensions, self.hparams.exclude_tests)))
+        for path in self._jsonl_files or []:
+            remaining = None if max_files is None else max_files - len(docs)
             if remaining is not None and remaining <= 0:
                 break
             docs.extend(read_code_jsonl(path, remaining))
@@ -509,23 +239,9 @@ class CodeCorpusDataModule(pl.LightningDataModule):
 
     def _read_files(self, files: list[tuple[str, Path]]) -> list[CodeDocument]:
         # Pick files by a hash of their path (not alphabetically), so a small sample spans the whole tree.
-        files = sorted(files, key=lambda kv: _unit_hash(kv[0], f"select{self.seed}"))
-        docs: list[CodeDocument] = []
-        skipped: list[str] = []
-        total = 0
-        for key, path in files:
-            if self.max_files is not None and len(docs) >= self.max_files:
-                break
-            try:
-                size = path.stat().st_size
-                if self.max_bytes is not None and total + size > self.max_bytes:
-                    continue
-                text = read_source_file(path)
-            except (OSError, UnicodeDecodeError, SyntaxError, LookupError) as err:
-                skipped.append(f"{path} ({type(err).__name__})")
-                continue
-            total += size
-            docs.append(CodeDocument(key, text))
+        salt = f"select{self.hparams.seed}"
+        docs, skipped = read_source_documents(files, lambda key: unit_hash(key, salt),
+                                              self.hparams.max_files, self.hparams.max_bytes)
         self.skipped_files = skipped
         if skipped:
             shown = ", ".join(skipped[:_MAX_NAMED_IN_WARNING])
@@ -533,3 +249,19 @@ class CodeCorpusDataModule(pl.LightningDataModule):
             warnings.warn(f"skipped {len(skipped)} unreadable source file(s): {shown}{more}", stacklevel=3)
         return docs
 
+
+def _check_arguments(block_size: int, batch_size: int, val_fraction: float, test_fraction: float,
+                     max_files: int | None, max_bytes: int | None, mlm_probability: float) -> None:
+    """Raise a ValueError for out-of-range sizes, fractions, limits or masking probability."""
+    if block_size < 8:
+        raise ValueError(f"block_size must be >= 8, got {block_size}")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    if not (0 <= val_fraction < 1 and 0 <= test_fraction < 1 and val_fraction + test_fraction < 1):
+        raise ValueError(f"val_fraction and test_fraction must be in [0, 1) with a sum below 1, "
+                         f"got {val_fraction} and {test_fraction}")
+    for name, value in (("max_files", max_files), ("max_bytes", max_bytes)):
+        if value is not None and value < 1:
+            raise ValueError(f"{name} must be None or >= 1, got {value}")
+    if not 0 < mlm_probability < 1:
+        raise ValueError(f"mlm_probability must be in (0, 1), got {mlm_probability}")
