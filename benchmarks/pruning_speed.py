@@ -75,11 +75,11 @@ def main() -> None:
     data = SentencePairDataModule(batch_size=32, max_length=128, vocab_size=4096, limit_train_samples=args.train_samples, limit_eval_samples=300)
     model = SentencePairClassifier(
         vocab_size=data.vocab_size, d_model=args.d_model, num_layers=args.layers, num_heads=12, d_ff=args.d_ff,
-        max_positions=128, num_classes=data.num_classes, lr_cores=1e-3, lr_gates=2e-2, lr_other=5e-4,
+        max_positions=128, num_classes=data.num_classes, lr_cores=1e-3, lr_other=5e-4,
     )
     comera = ComeraCallback(
         max_rank=args.max_rank, early_steps=args.early_steps, late_steps=args.late_steps, prune_every_n_steps=20,
-        target_ratio=0.2, rank_weight=0.05,
+        target_ratio=0.2, rank_weight=0.05, gate_lr=2e-2,
     )
     snapshot = KeepFullRankCopy()
     logger = CSVLogger("outputs/benchmarks", name="pruning_speed")

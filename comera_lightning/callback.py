@@ -25,6 +25,7 @@ from typing_extensions import override
 
 from .checkpoint import install_checkpoint_loading
 from .compression_logging import compression_metrics, log_rank_table
+from .gate_optimizer import DEFAULT_GATE_LR, GateOptimizer
 from .rank import prune_, tt_layers
 from .schedule import ComeraObjective, LossTarget, StageSchedule
 from .tensorize import tensorize
@@ -47,7 +48,9 @@ class ComeraCallback(Callback):
     (default: until training ends), pruned at the switch and every ``prune_every_n_epochs``
     (default 1) or ``prune_every_n_steps``. L₀: ``loss_target``, or the metric
     ``loss_target_metric`` (``"train"``: the early stage's last-epoch mean training loss), or the
-    validation loss (see :class:`LossTarget`). Manual optimization: pass
+    validation loss (see :class:`LossTarget`). The rank gates are optimised by the callback, at
+    ``gate_lr`` with Adam and no weight decay, whatever the module's ``configure_optimizers``
+    returns (:class:`GateOptimizer`). Manual optimization: pass
     ``allow_manual_optimization=True`` and call ``loss = callback.objective(loss)`` yourself.
     """
 
@@ -61,6 +64,7 @@ class ComeraCallback(Callback):
         rank_weight: float = 0.01,
         gate_threshold: float | None = None,
         *,
+        gate_lr: float = DEFAULT_GATE_LR,
         tensorize: TensorizeConfig | None = None,
         early_steps: int | None = None,
         late_epochs: int | None = None,
@@ -83,6 +87,7 @@ class ComeraCallback(Callback):
         self.schedule = StageSchedule(early_epochs, early_steps, late_epochs, late_steps, prune_every_n_epochs, prune_every_n_steps)
         self.stage_objective = ComeraObjective(target_ratio, rank_weight, loss_weight, size_weight, size_surrogate)
         self.loss_target = LossTarget(loss_target, loss_target_metric)
+        self.gate_optimizer = GateOptimizer(gate_lr)
         self.log_bond_ranks, self.check_finite_loss = log_bond_ranks, check_finite_loss
         self.allow_manual_optimization = allow_manual_optimization
         self._trainer: pl.Trainer | None = None
@@ -132,8 +137,22 @@ class ComeraCallback(Callback):
         install_checkpoint_loading(type(pl_module))
 
     @override
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """The optimizers exist now: take the gates over (before Lightning restores the optimizers' state)."""
+        gates = [g for _, layer in tt_layers(pl_module) for g in layer.gates]
+        self.gate_optimizer.attach(gates, trainer.optimizers)
+        scaler = getattr(trainer.precision_plugin, "scaler", None)
+        self.gate_optimizer.grad_scale = (lambda: scaler.get_scale()) if scaler is not None and scaler.is_enabled() else (lambda: None)
+
+    @override
+    def on_before_zero_grad(self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: torch.optim.Optimizer) -> None:
+        """Clear the gates' gradients with the module's (they stay when a step was skipped)."""
+        self.gate_optimizer.zero_grad()
+
+    @override
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        """Give the module its own methods back."""
+        """Give the module its own methods back; stop following its optimizer."""
+        self.gate_optimizer.detach()
         for name in _WRAPPED:
             if pl_module.__dict__.pop(f"_comera_original_{name}", None) is not None:
                 pl_module.__dict__.pop(name, None)
@@ -211,7 +230,7 @@ class ComeraCallback(Callback):
             self._prune(trainer, pl_module, "interval")
 
     def _prune(self, trainer: pl.Trainer, pl_module: pl.LightningModule, reason: str) -> None:
-        summary = prune_(pl_module, trainer.optimizers)
+        summary = prune_(pl_module, [*trainer.optimizers, *self.gate_optimizer.optimizers()])
         self.schedule.record_prune(trainer.global_step)
         if summary.removed:
             _rewrap_ddp(trainer)
@@ -231,18 +250,19 @@ class ComeraCallback(Callback):
 
     @override
     def state_dict(self) -> dict[str, Any]:
-        """Schedule progress and the objective's targets (the model's ranks travel in its own state_dict)."""
-        return {"schedule": self.schedule.state_dict(), "objective": self.stage_objective.state_dict()}
+        """Schedule progress, the objective's targets, the gates' optimizer (the ranks travel in the model's state_dict)."""
+        return {"schedule": self.schedule.state_dict(), "objective": self.stage_objective.state_dict(), "gates": self.gate_optimizer.state_dict()}
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore what ``state_dict`` saved (also the flat layout of checkpoints written before 0.2)."""
         state = state_dict if "schedule" in state_dict else _from_flat_state(state_dict)
-        unknown = set(state) - {"schedule", "objective"}
+        unknown = set(state) - {"schedule", "objective", "gates"}
         if unknown:
-            raise KeyError(f"ComeraCallback state has unknown keys {sorted(unknown)}; expected 'schedule' and 'objective'.")
+            raise KeyError(f"ComeraCallback state has unknown keys {sorted(unknown)}; expected 'schedule', 'objective', 'gates'.")
         self.schedule.load_state_dict(state["schedule"])
         self.stage_objective.load_state_dict(state["objective"])
+        self.gate_optimizer.load_state_dict(state.get("gates"))
 
 
 # ---------------------------------------------------------------------- helpers

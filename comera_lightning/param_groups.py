@@ -23,12 +23,15 @@ def comera_param_groups(
     module: nn.Module,
     *,
     lr_cores: float = 1e-4,
-    lr_gates: float = 1e-3,
+    lr_gates: float | None = 1e-3,
     lr_other: float = 5e-5,
     weight_decay: float = 0.0,
     core_weight_decay: float | None = None,
 ) -> list[dict[str, Any]]:
     """Split ``module``'s trainable parameters into named ``cores``/``gates``/``other`` optimizer groups.
+
+    ``lr_gates=None`` leaves the rank gates out: under ``ComeraCallback`` they have their own
+    optimizer (``gate_lr``), which takes them out of any group anyway.
 
     A parameter belongs to ``gates`` when a component of its dotted name is ``gates``, else to
     ``cores`` when one is ``cores``, else to ``other``. Each group sets its own ``lr`` and
@@ -41,7 +44,7 @@ def comera_param_groups(
     times faster than a dense weight would at the same setting.
     """
     for key, value in (("lr_cores", lr_cores), ("lr_gates", lr_gates), ("lr_other", lr_other)):
-        if not value > 0:
+        if value is not None and not value > 0:
             raise ValueError(f"{key} must be a positive learning rate, got {value!r}.")
     if core_weight_decay is None:
         core_weight_decay = weight_decay
@@ -56,8 +59,9 @@ def comera_param_groups(
     }
     params: dict[str, list[nn.Parameter]] = {group: [] for group in settings}
     for name, param in module.named_parameters():
-        if param.requires_grad:
-            params[param_group_of(name)].append(param)
+        group = param_group_of(name)
+        if param.requires_grad and not (group == "gates" and lr_gates is None):
+            params[group].append(param)
     return [
         {"name": group, "params": params[group], **settings[group]} for group in settings if params[group]
     ]

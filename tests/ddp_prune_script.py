@@ -14,7 +14,7 @@ if __name__ == "__main__":
     out = Path(sys.argv[1])
     L.seed_everything(0)
     model = PlainClassifier()
-    cb = ComeraCallback(max_rank=8, early_epochs=2, rank_weight=0.5, target_ratio=0.3)
+    cb = ComeraCallback(max_rank=8, early_epochs=2, rank_weight=0.5, target_ratio=0.3, gate_lr=3e-2)
     trainer = L.Trainer(
         accelerator="cpu", devices=2, strategy="ddp", max_epochs=4, callbacks=[cb], logger=False,
         enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False, default_root_dir=out,

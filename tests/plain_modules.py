@@ -9,7 +9,7 @@ from torch.utils.data import DataLoader, TensorDataset
 class PlainClassifier(L.LightningModule):
     """Two hidden layers and a small head; logs train_loss and val/loss like any user module."""
 
-    def __init__(self, width: int = 128, lr: float = 3e-3, optimizer: str = "adamw", nan_at_step: int = -1):
+    def __init__(self, width: int = 128, lr: float = 3e-3, optimizer: str = "adamw", nan_at_step: int = -1, cosine: bool = False):
         super().__init__()
         self.save_hyperparameters()
         self.encoder = nn.Sequential(nn.Linear(64, width), nn.ReLU(), nn.Linear(width, 64), nn.ReLU())
@@ -35,18 +35,22 @@ class PlainClassifier(L.LightningModule):
         self.log("test_loss", nn.functional.cross_entropy(self(x), y))
 
     def configure_optimizers(self):
-        # Gates need a larger learning rate than the rest to move within a short test run.
-        gates = [p for n, p in self.named_parameters() if ".gates." in n]
-        rest = [p for n, p in self.named_parameters() if ".gates." not in n]
-        groups = [{"params": rest}, {"params": gates, "lr": 3e-2, "weight_decay": 0.0}]
-        if self.hparams.optimizer == "sgd":  # plain SGD moves a gate by lr·γ/N: it needs a far larger gate lr
-            groups[1]["lr"] = 5.0
-            return torch.optim.SGD(groups, lr=self.hparams.lr * 10, momentum=0.9)
-        if self.hparams.optimizer == "came":
+        # One plain optimizer over self.parameters(), as any user writes it: the gates are the callback's.
+        name, lr = self.hparams.optimizer, self.hparams.lr
+        if name == "sgd":
+            optimizer = torch.optim.SGD(self.parameters(), lr=lr * 10, momentum=0.9)
+        elif name == "came":
             from comera_lightning.optim import CAME
 
-            return CAME(groups, lr=self.hparams.lr)
-        return torch.optim.AdamW(groups, lr=self.hparams.lr)
+            optimizer = CAME(self.parameters(), lr=lr)
+        elif name == "adagrad":
+            optimizer = torch.optim.Adagrad(self.parameters(), lr=lr)
+        else:
+            optimizer = torch.optim.AdamW(self.parameters(), lr=lr)
+        if not self.hparams.cosine:
+            return optimizer
+        schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=self.trainer.estimated_stepping_batches)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
 
 
 def loaders(n: int = 512, batch_size: int = 32, seed: int = 0):

@@ -240,9 +240,8 @@ def test_configure_optimizers_default_and_injected():
     assert type(opt) is torch.optim.AdamW
     assert [(g["name"], g["lr"], g["weight_decay"]) for g in opt.param_groups] == [
         ("cores", 1e-4, 0.0),
-        ("gates", 1e-3, 0.0),
         ("other", 5e-5, 0.0),
-    ]
+    ], "the rank gates are ComeraCallback's (its gate_lr), not the module's"
 
     model = tiny_classifier(
         lr_other=0.3,
@@ -255,11 +254,18 @@ def test_configure_optimizers_default_and_injected():
     assert type(opt) is torch.optim.SGD
     assert [(g["name"], g["lr"], g["momentum"]) for g in opt.param_groups] == [
         ("cores", 1e-4, 0.9),
-        ("gates", 1e-3, 0.9),
         ("other", 0.3, 0.9),
     ]
     assert isinstance(config["lr_scheduler"]["scheduler"], torch.optim.lr_scheduler.StepLR)
     assert config["lr_scheduler"]["interval"] == "step"
+
+
+def test_deprecated_lr_gates_warns_and_still_builds_a_gates_group():
+    with pytest.warns(DeprecationWarning, match=r"ComeraCallback\(gate_lr=0.02\)"):
+        model = tiny_classifier(lr_gates=0.02)
+    model.backbone.encoder.layers[0].attention.query = FakeTT(32)
+    groups = {g["name"]: g["lr"] for g in model.configure_optimizers().param_groups}
+    assert groups["gates"] == 0.02
 
 
 def test_lightning_cli_optimizer_injection():

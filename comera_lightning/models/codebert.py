@@ -31,6 +31,7 @@ from comera_lightning.models.optim_setup import (
     ParamGroupSettings,
     check_scheduler_interval,
     configure_comera_optimizers,
+    deprecated_lr_gates,
     paper_adamw,
 )
 
@@ -110,8 +111,9 @@ class MaskedLanguageModel(LightningModule):
     accuracy) and ``/ppl`` (``exp`` of the mean token loss); training values per step, validation
     and test values exact over the epoch.
 
-    ``optimizer`` takes the three groups of :func:`comera_param_groups` (``lr_cores``, ``lr_gates``,
-    ``lr_other``, ``weight_decay``), built in ``configure_optimizers``, i.e. after ``tensorize``.
+    ``optimizer`` takes the cores/other groups of :func:`comera_param_groups` (``lr_cores``, ``lr_other``,
+    ``weight_decay``), built in ``configure_optimizers``, i.e. after ``tensorize``; the rank gates are
+    ``ComeraCallback``'s (its ``gate_lr``).
     Learning-rate schedule: pass any ``scheduler`` callable, or use the built-in one with
     ``warmup_steps`` and ``lr_decay="linear"`` (decay to 0 at ``total_steps``, by default the
     trainer's estimated number of steps); the defaults use a constant rate.
@@ -135,7 +137,7 @@ class MaskedLanguageModel(LightningModule):
         tie_word_embeddings: bool = True,
         head_on_masked_only: bool = True,
         lr_cores: float = 1e-4,
-        lr_gates: float = 1e-3,
+        lr_gates: float | None = None,
         lr_other: float = 5e-4,
         weight_decay: float = 0.0,
         optimizer: OptimizerCallable = paper_adamw,
@@ -179,7 +181,7 @@ class MaskedLanguageModel(LightningModule):
             self.lm_head.decoder.weight = self.backbone.embeddings.word_embeddings.weight
 
         self.optimizer = optimizer
-        self.param_group_settings = ParamGroupSettings(lr_cores, lr_gates, lr_other, weight_decay)
+        self.param_group_settings = ParamGroupSettings(lr_cores, deprecated_lr_gates(lr_gates), lr_other, weight_decay)
         self.scheduler = scheduler
         for stage in STAGES:
             # validate_args=False: the argument checks cost a device sync per step.

@@ -27,6 +27,7 @@ from comera_lightning.models.optim_setup import (
     ParamGroupSettings,
     check_scheduler_interval,
     configure_comera_optimizers,
+    deprecated_lr_gates,
     paper_adamw,
 )
 
@@ -116,8 +117,8 @@ class DLRMClassifier(LightningModule):
     ``parser.link_arguments("data.table_sizes", "model.table_sizes", apply_on="instantiate")``
     and likewise for the other two). ``feature_names=None`` means ``cat_0 … cat_{T-1}``
     (the Criteo keys). ``optimizer`` is any callable taking parameter groups; it receives
-    the three groups of :func:`comera_param_groups` (built in ``configure_optimizers``, after
-    ``tensorize``), whose ``lr_cores``/``lr_gates``/``lr_other``/``weight_decay`` override
+    the cores/other groups of :func:`comera_param_groups` (built in ``configure_optimizers``, after
+    ``tensorize``; the rank gates are ``ComeraCallback``'s), whose ``lr_cores``/``lr_other``/``weight_decay`` override
     the optimizer's own (``core_weight_decay``, default ``weight_decay``, for the TT cores).
     Logs ``{train,val,test}/{loss,auc,acc,ne}``. The AUC is exact (it keeps every prediction
     of the epoch) unless ``auroc_thresholds`` bins it (constant memory, for long epochs such as
@@ -138,7 +139,7 @@ class DLRMClassifier(LightningModule):
         dense_arch_layer_sizes: list[int] = [64, 16],  # noqa: B006 - LightningCLI needs the literal
         over_arch_layer_sizes: list[int] = [64, 32, 1],  # noqa: B006
         lr_cores: float = 1e-3,
-        lr_gates: float = 1e-3,
+        lr_gates: float | None = None,
         lr_other: float = 1e-3,
         weight_decay: float = 0.0,
         core_weight_decay: float | None = None,
@@ -190,7 +191,7 @@ class DLRMClassifier(LightningModule):
             over_arch_layer_sizes=over_sizes,
         )
         self.optimizer = optimizer
-        self.param_group_settings = ParamGroupSettings(lr_cores, lr_gates, lr_other, weight_decay, core_weight_decay)
+        self.param_group_settings = ParamGroupSettings(lr_cores, deprecated_lr_gates(lr_gates), lr_other, weight_decay, core_weight_decay)
         self.scheduler = scheduler
         self.train_metrics = _stage_metrics(auroc_thresholds)
         self.val_metrics = _stage_metrics(auroc_thresholds)

@@ -17,6 +17,7 @@ from comera_lightning.models.optim_setup import (
     ParamGroupSettings,
     check_scheduler_interval,
     configure_comera_optimizers,
+    deprecated_lr_gates,
     paper_adamw,
 )
 
@@ -31,10 +32,10 @@ class SentencePairClassifier(LightningModule):
     The batch is a dict with ``input_ids``, ``token_type_ids``, ``attention_mask`` (all
     ``(batch, seq)``) and ``labels`` (``(batch,)``; ``-100`` is ignored). ``optimizer`` is any
     callable taking parameter groups (LightningCLI: ``--model.optimizer=torch.optim.SGD``); it
-    always receives the three groups of :func:`comera_param_groups`, whose ``lr_cores``,
-    ``lr_gates``, ``lr_other`` and ``weight_decay`` override the optimizer's own ``lr`` and
-    ``weight_decay``. The groups are built in ``configure_optimizers``, i.e. after ``tensorize``
-    has swapped in the TT layers.
+    always receives the cores/other groups of :func:`comera_param_groups`, whose ``lr_cores``,
+    ``lr_other`` and ``weight_decay`` override the optimizer's own ``lr`` and ``weight_decay``. The
+    groups are built in ``configure_optimizers``, i.e. after ``tensorize`` has swapped in the TT
+    layers; the rank gates are ``ComeraCallback``'s (its ``gate_lr``). ``lr_gates`` is deprecated.
     """
 
     def __init__(
@@ -50,7 +51,7 @@ class SentencePairClassifier(LightningModule):
         pad_token_id: int = 0,
         num_classes: int = 3,
         lr_cores: float = 1e-4,
-        lr_gates: float = 1e-3,
+        lr_gates: float | None = None,
         lr_other: float = 5e-5,
         weight_decay: float = 0.0,
         optimizer: OptimizerCallable = paper_adamw,
@@ -83,7 +84,7 @@ class SentencePairClassifier(LightningModule):
         init_bert_weights(self.classifier)
 
         self.optimizer = optimizer
-        self.param_group_settings = ParamGroupSettings(lr_cores, lr_gates, lr_other, weight_decay)
+        self.param_group_settings = ParamGroupSettings(lr_cores, deprecated_lr_gates(lr_gates), lr_other, weight_decay)
         self.scheduler = scheduler
         self.train_acc = MulticlassAccuracy(num_classes, average="micro", ignore_index=IGNORE_INDEX)
         self.val_acc = MulticlassAccuracy(num_classes, average="micro", ignore_index=IGNORE_INDEX)

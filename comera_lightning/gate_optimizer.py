@@ -1,0 +1,108 @@
+"""GateOptimizer: the rank gates get their own Adam, whatever optimises the rest of the model.
+
+Why: under the module's optimizer a gate moves at most about that optimizer's ``lr`` per step
+(Adam-like) or by its tiny gradient (SGD), under its schedule and weight decay, so with a
+typical ``AdamW(self.parameters(), lr=1e-3)`` and a cosine decay no gate ever reaches the pruning
+threshold (docs/DESIGN.md, "Rank gates"). ``attach`` takes the gates out of the module's
+optimizers (their param groups stay, so LR schedulers keep working) and steps a plain Adam at
+``lr`` without weight decay right after the optimizer that held them steps: gradient accumulation,
+skipped steps and manual optimization follow it. Plain torch: no Lightning.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from ._checks import check_number
+
+__all__ = ["DEFAULT_GATE_LR", "GateOptimizer"]
+
+#: Measured on unmodified modules (README, "Rank gates"): prunes within a few hundred steps.
+DEFAULT_GATE_LR = 1e-2
+
+
+class GateOptimizer:
+    """Adam at ``lr`` (no weight decay) on the rank gates, stepped after the optimizer that held them."""
+
+    def __init__(self, lr: float = DEFAULT_GATE_LR, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8) -> None:
+        check_number("gate_lr", lr, 0.0, low_open=True)
+        self.lr, self.betas, self.eps = float(lr), tuple(betas), float(eps)
+        self.optimizer: torch.optim.Adam | None = None
+        self.grad_scale: Callable[[], float | None] = lambda: None  # e.g. a GradScaler's current scale
+        self._hook: Any = None
+        self._pending: dict[str, Any] | None = None
+
+    def attach(self, gates: Sequence[nn.Parameter], optimizers: Sequence[torch.optim.Optimizer]) -> None:
+        """Take ``gates`` out of ``optimizers`` and start stepping them after the first optimizer that held any."""
+        self.detach()
+        gates = [g for g in gates if g.requires_grad]
+        if not gates:
+            return
+        held = [opt for opt in optimizers if _remove_parameters(opt, gates)]
+        host = held[0] if held else (optimizers[0] if optimizers else None)
+        if host is None:
+            raise ValueError("ComeraCallback found no optimizer to follow: configure_optimizers must return one.")
+        capturable = gates[0].is_cuda  # a CUDA-graph capture may include this step
+        self.optimizer = torch.optim.Adam(gates, lr=self.lr, betas=self.betas, eps=self.eps, capturable=capturable)
+        if self._pending is not None:
+            self.optimizer.load_state_dict(self._pending)
+            self._pending = None
+        self._hook = host.register_step_post_hook(lambda *_: self.step())
+
+    def detach(self) -> None:
+        """Stop following the host optimizer; the gates' Adam state is kept for ``state_dict`` and the next ``attach``."""
+        if self._hook is not None:
+            self._hook.remove()
+            self._hook = None
+        if self.optimizer is not None:
+            self._pending, self.optimizer = self.optimizer.state_dict(), None
+
+    def step(self) -> None:
+        """One Adam step on the gates, then clear their gradients."""
+        scale = self.grad_scale()
+        if scale is not None and scale != 1.0:
+            grads = [g.grad for g in self.parameters() if g.grad is not None]
+            torch._foreach_div_(grads, scale)
+        self.optimizer.step()
+        self.zero_grad()
+
+    def zero_grad(self) -> None:
+        """Clear the gates' gradients (in place on CUDA, where a captured graph keeps their memory)."""
+        if self.optimizer is not None:
+            self.optimizer.zero_grad(set_to_none=not self.optimizer.defaults["capturable"])
+
+    def parameters(self) -> list[nn.Parameter]:
+        """The gates now (pruning swaps them for sliced ones)."""
+        return [p for group in self.optimizer.param_groups for p in group["params"]] if self.optimizer else []
+
+    def optimizers(self) -> list[torch.optim.Optimizer]:
+        """The optimizer to slice along when ranks are pruned (empty before ``attach``)."""
+        return [self.optimizer] if self.optimizer is not None else []
+
+    def state_dict(self) -> dict[str, Any] | None:
+        """Adam's state of the gates (None before the first ``attach``)."""
+        return self.optimizer.state_dict() if self.optimizer is not None else self._pending
+
+    def load_state_dict(self, state: dict[str, Any] | None) -> None:
+        """Restore ``state_dict()`` output, now or at the next ``attach``."""
+        if state is not None and self.optimizer is not None:
+            self.optimizer.load_state_dict(state)
+        else:
+            self._pending = state
+
+
+def _remove_parameters(optimizer: torch.optim.Optimizer, params: Sequence[nn.Parameter]) -> bool:
+    """Drop ``params`` from ``optimizer``'s param groups and state; True if it held any."""
+    ids = {id(p) for p in params}
+    removed = False
+    for group in optimizer.param_groups:
+        kept = [p for p in group["params"] if id(p) not in ids]
+        removed = removed or len(kept) != len(group["params"])
+        group["params"] = kept
+    for p in params:
+        optimizer.state.pop(p, None)
+    return removed
