@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from comera_lightning.data import criteo
+from comera_lightning.data import criteo_tsv
 from comera_lightning.data.click_logs import (
     ClickBatch,
     ClickSample,
@@ -144,7 +144,7 @@ def test_shards_are_disjoint_for_three_readers(tmp_path: Path, monkeypatch: pyte
     dataset = CriteoIterableDataset([path], batch_size=4, table_sizes=[2**31] * 26)
     shards = []
     for worker in range(3):
-        monkeypatch.setattr(criteo, "_shard", lambda w=worker: (w, 3))
+        monkeypatch.setattr(criteo_tsv, "_shard", lambda w=worker: (w, 3))
         shards.append(c1_values(list(dataset)))
     assert [set(s) for s in shards] == [set(range(w, 31, 3)) for w in range(3)]
 

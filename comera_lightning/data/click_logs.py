@@ -17,14 +17,12 @@ import torch
 from lightning.pytorch import LightningDataModule
 from torch import Tensor
 
-try:
-    from torchrec.modules.embedding_configs import EmbeddingBagConfig
-    from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
-except ImportError as err:  # pragma: no cover - depends on the environment
-    raise ImportError(
-        "comera_lightning.data click-log modules need TorchRec: "
-        "pip install 'comera_lightning[recsys]' (see the Makefile's `setup` target)."
-    ) from err
+from comera_lightning._optional import require
+
+# TorchRec is an optional extra: without it, importing this module says how to install it.
+_FEATURE = "The click-log data (comera_lightning.data.click_logs: ClickBatch, MovieLens, Criteo)"
+EmbeddingBagConfig = require("torchrec.modules.embedding_configs", _FEATURE).EmbeddingBagConfig
+KeyedJaggedTensor = require("torchrec.sparse.jagged_tensor", _FEATURE).KeyedJaggedTensor
 
 __all__ = [
     "ClickBatch",

@@ -44,7 +44,7 @@ def resolve_split(split: str, *, stacklevel: int = 2) -> str:
         _warn_renamed(split, new, stacklevel + 1)
         return new
     if split not in SPLITS:
-        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+        raise ValueError(f"unknown split {split!r}; choose one of {', '.join(map(repr, SPLITS))}")
     return split
 
 
