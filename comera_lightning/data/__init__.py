@@ -1,5 +1,9 @@
-"""LightningDataModules and tokenizer helpers: sentence pairs, a code corpus and click logs (TorchRec, lazy)."""
+"""LightningDataModules and tokenizer helpers: sentence pairs, a code corpus and click logs (TorchRec, lazy).
 
+Split names are ``"train"``, ``"val"`` and ``"test"`` everywhere (``splits.py``).
+"""
+
+from comera_lightning._optional import lazy_exports
 from comera_lightning.data.code_corpus import CodeCorpusDataModule, MLMCollator
 from comera_lightning.data.sentence_pairs import (
     LengthBucketBatchSampler,
@@ -10,6 +14,8 @@ from comera_lightning.data.sentence_pairs import (
     read_mnli_jsonl,
     read_mnli_tsv,
 )
+from comera_lightning.data.splits import SPLITS
+from comera_lightning.data.text_base import TokenizedTextDataModule
 from comera_lightning.data.tokenizer import (
     default_cache_dir,
     load_or_train_bytelevel_bpe,
@@ -21,7 +27,9 @@ __all__ = [
     "LengthBucketBatchSampler",
     "MLMCollator",
     "PairCollator",
+    "SPLITS",
     "SentencePairDataModule",
+    "TokenizedTextDataModule",
     "default_cache_dir",
     "load_clothing_reviews",
     "load_mnli_dir",
@@ -41,10 +49,4 @@ _CLICK_LOG_EXPORTS = {
 }
 __all__ += list(_CLICK_LOG_EXPORTS)
 
-
-def __getattr__(name: str):
-    if name in _CLICK_LOG_EXPORTS:
-        import importlib
-
-        return getattr(importlib.import_module(f"comera_lightning.data.{_CLICK_LOG_EXPORTS[name]}"), name)
-    raise AttributeError(f"module 'comera_lightning.data' has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, _CLICK_LOG_EXPORTS)
