@@ -10,7 +10,7 @@ L₀; ``rank.prune_`` slices dead ranks out of the cores and the optimizer state
 
 from __future__ import annotations
 
-import functools
+import inspect
 import logging
 import warnings
 from collections.abc import Mapping
@@ -299,10 +299,12 @@ def _wrap_method(pl_module: pl.LightningModule, name: str, after: Any) -> None:
     """Make ``pl_module.<name>`` return ``after(original(...))`` (once, however often it is called)."""
     original = pl_module.__dict__.get(f"_comera_original_{name}") or getattr(pl_module, name)
 
-    @functools.wraps(original)
     def wrapped(*args: Any, **kwargs: Any) -> Any:
         return after(original(*args, **kwargs))
 
+    # The original's name and signature (Lightning inspects them), but no __wrapped__: torch.compile
+    # fails on inspect.signature following it to a bound method.
+    wrapped.__name__, wrapped.__doc__, wrapped.__signature__ = name, original.__doc__, inspect.signature(original)
     pl_module.__dict__[f"_comera_original_{name}"] = original
     setattr(pl_module, name, wrapped)
 

@@ -22,7 +22,7 @@ from ._checks import check_number
 __all__ = ["DEFAULT_GATE_LR", "GateOptimizer"]
 
 #: Measured on unmodified modules (README, "Rank gates"): prunes within a few hundred steps.
-DEFAULT_GATE_LR = 1e-2
+DEFAULT_GATE_LR = 2e-2
 
 
 class GateOptimizer:

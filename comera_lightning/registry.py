@@ -104,17 +104,23 @@ def weight_std(weight: torch.Tensor) -> float | None:
     return float(weight.detach().float().std()) if weight.numel() > 1 else None
 
 
-def _build_linear(module: nn.Linear, options: dict[str, Any]) -> TTLinear:
+def build_linear_like(cls: type[TTLinear], weight_in_out: torch.Tensor, bias: torch.Tensor | None, options: dict[str, Any]) -> TTLinear:
+    """A ``cls`` (``TTLinear`` or a subclass) standing for ``y = x W + b`` with ``W`` given as ``(in, out)``."""
     init = options.pop("init")
     if init == "svd":
-        return TTLinear.from_linear(module, **options)
-    w = module.weight
-    std = None if init == "paper" else weight_std(w)
-    layer = TTLinear(module.in_features, module.out_features, module.bias is not None, init_std=std, device=w.device, dtype=w.dtype, **options)
-    if module.bias is not None:
+        return cls.from_weight(weight_in_out, bias, **options)
+    std = None if init == "paper" else weight_std(weight_in_out.T)  # (out, in), reduced in nn.Linear's storage order
+    in_features, out_features = weight_in_out.shape
+    factory = {"device": weight_in_out.device, "dtype": weight_in_out.dtype}
+    layer = cls(in_features, out_features, bias is not None, init_std=std, **factory, **options)
+    if bias is not None:
         with torch.no_grad():
-            layer.bias.copy_(module.bias)
+            layer.bias.copy_(bias)
     return layer
+
+
+def _build_linear(module: nn.Linear, options: dict[str, Any]) -> TTLinear:
+    return build_linear_like(TTLinear, module.weight.T, module.bias, options)
 
 
 def _build_embedding(module: nn.Embedding, options: dict[str, Any]) -> TTEmbedding:
@@ -143,3 +149,4 @@ register_converter(
 )
 EBC_OPTIONS = frozenset({"max_rank", "num_cores", "init", "gate_threshold", "deduplicate", "min_rows"})
 register_integration("torchrec", "comera_lightning.integrations.torchrec", EBC_OPTIONS)
+register_integration("transformers", "comera_lightning.integrations.hf", LINEAR_OPTIONS)

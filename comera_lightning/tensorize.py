@@ -11,6 +11,7 @@ what was skipped and why.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +24,9 @@ from .tensorize_config import INIT_CHOICES, ModuleRules, TensorizeConfig
 
 __all__ = ["tensorize", "to_dense", "TensorizeConfig", "TensorizeReport", "SwapRecord", "ModuleRules", "INIT_CHOICES"]
 
+#: A module of an unhandled type with a weight of at least this many entries is reported as skipped.
+LARGE_WEIGHT = 4096
+log = logging.getLogger(__name__)
 HEAD_NAMES = frozenset({"classifier", "lm_head", "head", "output_layer", "score", "fc_out", "logits", "predictions", "out_head"})
 
 
@@ -132,7 +136,11 @@ def tensorize(model: nn.Module, config: TensorizeConfig | None = None, **options
 
 
 def to_dense(model: nn.Module) -> list[str]:
-    """Replace every tensorized layer of ``model`` by the equivalent dense module, in place; returns their names."""
+    """Replace every tensorized layer of ``model`` by the equivalent dense module, in place; returns their names.
+
+    Each becomes the type it was made from (``TTLinear`` → ``nn.Linear``, ``TTEmbedding`` →
+    ``nn.Embedding``, ``TTConv1D`` → Hugging Face ``Conv1D``, ...); each swap is logged.
+    """
     names_of = _ModelScan.of(model).names_of
     converted: list[str] = []
     for name, module in list(model.named_modules()):
@@ -143,6 +151,7 @@ def to_dense(model: nn.Module) -> list[str]:
             dense.train(module.training)
             _replace_everywhere(model, names_of[id(module)], dense)
             converted.append(name)
+            log.info("to_dense: %s %s -> %s", name, type(module).__name__, type(dense).__name__)
     return converted
 
 
@@ -190,7 +199,12 @@ def _plan(
                 report.already_tensorized.append(name)
             continue
         converter = converter_for(module)
-        if converter is None or (targets.given and not targets.matches(name)):
+        if converter is None:
+            unhandled = _large_weight(module)
+            if unhandled is not None and (not targets.given or targets.matches(name)):
+                report.skipped.append((name, f"{type(module).__name__} with a {unhandled} weight has no TT converter (docs/DESIGN.md: adding a layer type)"))
+            continue
+        if targets.given and not targets.matches(name):
             continue
         reason = _skip_reason(name, module, converter, scan, targets, excludes)
         if reason is None:
@@ -201,6 +215,14 @@ def _plan(
             reason = f"too small to gain ({built.compression_ratio():.2f}x < min_compression={config.min_compression})"
         report.skipped.append((name, reason))
     return swaps
+
+
+def _large_weight(module: nn.Module) -> str | None:
+    """``"AxB"`` when ``module`` itself holds a weight matrix big enough to be worth tensorizing, else None."""
+    weight = getattr(module, "weight", None)
+    if isinstance(weight, nn.Parameter) and weight.dim() >= 2 and weight.numel() >= LARGE_WEIGHT:
+        return "x".join(map(str, weight.shape))
+    return None
 
 
 def _skip_reason(name: str, module: nn.Module, converter: Converter, scan: _ModelScan, targets: Rule, excludes: Rule) -> str | None:

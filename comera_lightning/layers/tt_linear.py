@@ -90,17 +90,24 @@ class TTLinear(TTModule):
         """TT-SVD of ``linear``'s weight: exact at full rank, the best TT approximation below."""
         if not isinstance(linear, nn.Linear):
             raise TypeError(f"from_linear expects an nn.Linear, got {type(linear).__name__}.")
-        w = linear.weight
+        return cls.from_weight(linear.weight.T, linear.bias, max_rank=max_rank, **kwargs)
+
+    @classmethod
+    def from_weight(
+        cls, weight_in_out: torch.Tensor, bias: torch.Tensor | None, *, max_rank: int | Sequence[int], **kwargs
+    ) -> "TTLinear":
+        """TT-SVD of an ``(in_features, out_features)`` weight of ``y = x W + b``: exact at full rank."""
+        in_features, out_features = weight_in_out.shape
         layer = cls(
-            linear.in_features, linear.out_features, linear.bias is not None,
-            max_rank=max_rank, device=w.device, dtype=w.dtype, **kwargs,
+            in_features, out_features, bias is not None,
+            max_rank=max_rank, device=weight_in_out.device, dtype=weight_in_out.dtype, **kwargs,
         )
         with torch.no_grad():
-            padded = w.new_zeros(prod(layer.in_modes), prod(layer.out_modes))
-            padded[: linear.in_features, : linear.out_features] = w.T
+            padded = weight_in_out.new_zeros(prod(layer.in_modes), prod(layer.out_modes))
+            padded[:in_features, :out_features] = weight_in_out
             layer.load_cores_(tt_svd(padded.reshape(layer.in_modes + layer.out_modes), layer.physical_ranks))
-            if linear.bias is not None:
-                layer.bias.copy_(linear.bias)
+            if bias is not None:
+                layer.bias.copy_(bias)
         return layer
 
     def weight_matrix(self) -> torch.Tensor:

@@ -1,0 +1,49 @@
+"""Hugging Face ``transformers``: ``Conv1D`` (GPT-2's attention and MLP projections) → :class:`TTConv1D`.
+
+``Conv1D(nf, nx)`` is a linear layer that stores its weight transposed, ``(in, out)``, and computes
+``y = x W + b``. Its TT form is a ``TTLinear`` of the same function that exports back to a
+``Conv1D``. Imported by the registry once the program has imported ``transformers``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .._optional import require
+from ..layers import LayerSummary, TTLinear
+from ..layers.contract import format_modes
+from ..registry import LINEAR_OPTIONS, Converter, build_linear_like, linear_defaults, register_converter
+
+__all__ = ["TTConv1D"]
+
+Conv1D = require("transformers.pytorch_utils", "Tensorizing Hugging Face Conv1D layers").Conv1D
+
+
+class TTConv1D(TTLinear):
+    """A Hugging Face ``Conv1D`` in tensor-train form (same function; ``to_dense_module`` gives a ``Conv1D``)."""
+
+    def to_dense_module(self) -> Conv1D:
+        """A ``Conv1D`` computing the same function (masked gates included)."""
+        weight = self.weight_matrix().detach()  # (out, in)
+        conv = Conv1D(self.out_features, self.in_features).to(device=weight.device, dtype=weight.dtype)
+        with torch.no_grad():
+            conv.weight.copy_(weight.T)
+            if self.bias is not None:
+                conv.bias.copy_(self.bias)
+            else:
+                conv.bias.zero_()
+        return conv
+
+    def summary(self) -> LayerSummary:
+        """``conv1d``, (in, out), input→output modes, stored ranks."""
+        modes = format_modes(self.in_modes, self.out_modes, "→")
+        return LayerSummary("conv1d", (self.in_features, self.out_features), modes, self.physical_ranks)
+
+
+def _build_conv1d(module: Conv1D, options: dict[str, Any]) -> TTConv1D:
+    return build_linear_like(TTConv1D, module.weight, module.bias, options)
+
+
+register_converter(Conv1D, Converter("conv1d", _build_conv1d, LINEAR_OPTIONS, linear_defaults))
