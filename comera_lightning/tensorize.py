@@ -228,14 +228,14 @@ def _large_weight(module: nn.Module) -> str | None:
 def _skip_reason(name: str, module: nn.Module, converter: Converter, scan: _ModelScan, targets: Rule, excludes: Rule) -> str | None:
     if excludes.matches(name):
         return "excluded by exclude_modules"
+    weight = getattr(module, "weight", None)
+    if weight is not None and len(scan.tied.get(id(weight), [])) > 1:  # before the head rule: an LM head is often tied
+        others = [n for n in scan.tied[id(weight)] if n != name]
+        return f"weight is tied to {others}: both stay dense (tensorizing one side would untie them)"
     if not targets.given and scan.is_head(name):
         return "output head; name it in target_modules to tensorize it"
-    weight = getattr(module, "weight", None)
     if weight is None and not any(p.requires_grad for p in module.parameters()):
         return "frozen (no parameter requires grad)"
-    if weight is not None and len(scan.tied.get(id(weight), [])) > 1:
-        others = [n for n in scan.tied[id(weight)] if n != name]
-        return f"weight is tied to {others}; untie it or exclude this module"
     if weight is not None and not weight.requires_grad:
         return "frozen (weight.requires_grad is False)"
     return converter.unsupported(module)
