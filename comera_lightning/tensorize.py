@@ -189,7 +189,7 @@ def _plan(
 ) -> list[tuple[nn.Module, TensorizedModule, SwapRecord]]:
     """Decide module by module; skipped ones go to ``report``; returns the swaps to make."""
     swaps = []
-    inside: list[str] = []  # a tensorized module's children are its own business
+    inside: list[str] = []  # a tensorized or converted module's children are its own business
     for name, module in model.named_modules():
         if not name or any(name.startswith(prefix) for prefix in inside):
             continue
@@ -206,6 +206,7 @@ def _plan(
             continue
         if targets.given and not targets.matches(name):
             continue
+        inside.append(name + ".")  # decided here, with its children (an EmbeddingBagCollection's tables)
         reason = _skip_reason(name, module, converter, scan, targets, excludes)
         if reason is None:
             built = _build(name, module, converter, config)

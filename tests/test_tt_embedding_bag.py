@@ -280,3 +280,15 @@ def test_importing_the_package_works_without_torchrec():
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
+
+
+def test_the_tables_inside_a_collection_are_not_reported_on_their_own():
+    from torchrec.modules.embedding_configs import EmbeddingBagConfig
+    from torchrec.modules.embedding_modules import EmbeddingBagCollection
+
+    from comera_lightning import tensorize
+
+    holder = torch.nn.Module()
+    holder.ebc = EmbeddingBagCollection([EmbeddingBagConfig(name="t0", embedding_dim=16, num_embeddings=5000, feature_names=["f0"])])
+    report = tensorize(holder, max_rank=8)
+    assert [r.name for r in report.swapped] == ["ebc"] and report.skipped == []
