@@ -19,7 +19,7 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback
-from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
+from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.model_helpers import is_overridden
 from typing_extensions import override
 
@@ -159,29 +159,15 @@ class ComeraCallback(Callback):
 
     # ------------------------------------------------------------------ objective
     def _apply_objective(self, output: Any) -> Any:
-        if output is None:
-            return None
-        if isinstance(output, torch.Tensor):
-            return self.objective(output)
-        if isinstance(output, Mapping) and "loss" in output:
-            return {**output, "loss": self.objective(output["loss"]), "task_loss": output["loss"].detach()}
-        raise TypeError(f"training_step returned {type(output).__name__}; ComeraCallback needs a loss tensor or a dict with a 'loss' key.")
+        return _replace_loss(output, self.objective)
 
     def objective(self, task_loss: torch.Tensor) -> torch.Tensor:
         """The current stage's training objective for a task loss ``L`` (docs/METHOD.md §2)."""
         if self.check_finite_loss and not _capturing() and not bool(torch.isfinite(task_loss.detach()).all()):
-            raise FloatingPointError(
-                f"ComeraCallback: the training loss is {task_loss.detach().float().flatten()[0].item()} at {self._where()}. "
-                "Training stopped before this step's backward, so weights and saved checkpoints are not affected. "
-                "Lower the learning rate, enable gradient clipping, or check the data/inputs of this batch."
-            )
+            raise _non_finite_error(task_loss, self._trainer)
         loss = self.stage_objective(task_loss, self.schedule.stage)
         self.loss_target.observe(self.stage_objective.last["task_loss"])
         return loss
-
-    def _where(self) -> str:
-        trainer = self._trainer
-        return f"global step {trainer.global_step}, epoch {trainer.current_epoch}" if trainer else "this step"
 
     # ------------------------------------------------------------------ schedule events
     @override
@@ -277,6 +263,26 @@ def _tensorize_config(config: TensorizeConfig | None, shortcuts: dict[str, Any],
         )
     changes = {**{k: v for k, v in shortcuts.items() if v is not None}, **legacy}
     return (config if config is not None else TensorizeConfig()).replace(**changes)
+
+
+def _replace_loss(output: Any, objective: Any) -> Any:
+    """``training_step``'s output with its loss turned into ``objective(loss)``."""
+    if output is None:
+        return None
+    if isinstance(output, torch.Tensor):
+        return objective(output)
+    if isinstance(output, Mapping) and "loss" in output:
+        return {**output, "loss": objective(output["loss"]), "task_loss": output["loss"].detach()}
+    raise TypeError(f"training_step returned {type(output).__name__}; ComeraCallback needs a loss tensor or a dict with a 'loss' key.")
+
+
+def _non_finite_error(task_loss: torch.Tensor, trainer: pl.Trainer | None) -> FloatingPointError:
+    where = f"global step {trainer.global_step}, epoch {trainer.current_epoch}" if trainer else "this step"
+    return FloatingPointError(
+        f"ComeraCallback: the training loss is {task_loss.detach().float().flatten()[0].item()} at {where}. "
+        "Training stopped before this step's backward, so weights and saved checkpoints are not affected. "
+        "Lower the learning rate, enable gradient clipping, or check the data/inputs of this batch."
+    )
 
 
 def _check_supported(trainer: pl.Trainer, pl_module: pl.LightningModule, allow_manual_optimization: bool) -> None:

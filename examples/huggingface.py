@@ -11,14 +11,15 @@ optimises the rank gates itself and prunes them; nothing in the module knows abo
     python examples/huggingface.py --dense               # the same model and optimizer without the callback
     python examples/huggingface.py --pretrained DIR      # start from pretrained weights (init="svd")
 
-With `--pretrained DIR` (a local `save_pretrained` directory or a hub name you can reach), the
-model starts from those weights and the callback initialises each tensor train by TT-SVD of the
-pretrained matrix (`TensorizeConfig(init="svd")`): exact at full rank, the best TT approximation
-at `--max-rank`. The data module's tokenizer is then replaced by that model's own.
+With `--pretrained DIR` (a local `save_pretrained` directory of a BERT-style model with its
+`tokenizer.json`), the model starts from those weights, the pairs are tokenized with that
+tokenizer, and the callback initialises each tensor train by TT-SVD of the pretrained matrix
+(`TensorizeConfig(init="svd")`): exact at full rank, the best TT approximation at `--max-rank`.
 """
 
 import argparse
 import time
+from pathlib import Path
 
 import lightning as L
 import torch
@@ -46,7 +47,9 @@ class BertClassifier(L.LightningModule):
 
         hp = self.hparams
         if hp.pretrained:
-            self.bert = transformers.AutoModelForSequenceClassification.from_pretrained(hp.pretrained, num_labels=hp.num_classes)
+            self.bert = transformers.AutoModelForSequenceClassification.from_pretrained(
+                hp.pretrained, num_labels=hp.num_classes, local_files_only=True
+            )
             return
         config = transformers.BertConfig(
             vocab_size=hp.vocab_size, hidden_size=128, num_hidden_layers=2, num_attention_heads=4, intermediate_size=512,
@@ -90,8 +93,9 @@ def main() -> None:
     args = parser.parse_args()
 
     L.seed_everything(0)
+    tokenizer = str(Path(args.pretrained) / "tokenizer.json") if args.pretrained else None
     data = SentencePairDataModule(source="clothing_reviews", batch_size=32, max_length=64, bucket_by_length=True,
-                                  vocab_size=4096, limit_train_samples=args.train_samples)
+                                  vocab_size=4096, tokenizer_file=tokenizer, limit_train_samples=args.train_samples)
     model = BertClassifier(data.vocab_size, data.num_classes, data.pad_token_id, pretrained=args.pretrained)
     tensorize = TensorizeConfig(max_rank=args.max_rank, embedding_max_rank=32, init="svd" if args.pretrained else "random")
     comera = ComeraCallback(tensorize=tensorize, early_epochs=max(1, args.epochs // 2), target_ratio=0.3)

@@ -7,7 +7,7 @@ from pathlib import Path
 import lightning as L
 import pytest
 import torch
-from drop_in import HFClassifier, fit_with_defaults, hf_model, token_loaders
+from drop_in import HFClassifier, fit_with_defaults, token_loaders
 from lightning.pytorch.callbacks import ModelCheckpoint
 from plain_modules import PlainClassifier, loaders
 from torch import nn

@@ -101,6 +101,22 @@ def warmup_schedule_factor(step: int, warmup_steps: int, total_steps: int | None
     return max(0.0, (total_steps - step) / max(1, total_steps - warmup_steps))
 
 
+def _check_schedule(scheduler: Any, interval: str, warmup_steps: int, lr_decay: str, total_steps: int | None) -> None:
+    """Reject a learning-rate schedule set up two ways or with values out of range."""
+    check_scheduler_interval(interval)
+    if lr_decay not in ("constant", "linear"):
+        raise ValueError(f"lr_decay must be 'constant' or 'linear', got {lr_decay!r}.")
+    if not isinstance(warmup_steps, int) or warmup_steps < 0:
+        raise ValueError(f"warmup_steps must be an int >= 0, got {warmup_steps!r}.")
+    if total_steps is not None and (not isinstance(total_steps, int) or total_steps <= warmup_steps):
+        raise ValueError(f"total_steps must be None or an int > warmup_steps={warmup_steps}, got {total_steps!r}.")
+    if scheduler is not None and (warmup_steps > 0 or lr_decay != "constant"):
+        raise ValueError(
+            "pass either scheduler= or the built-in schedule (warmup_steps / lr_decay), not both; "
+            f"got scheduler={scheduler!r}, warmup_steps={warmup_steps}, lr_decay={lr_decay!r}."
+        )
+
+
 class MaskedLanguageModel(LightningModule):
     """CodeBERT-like masked-LM pre-training: post-LN encoder, RoBERTa LM head with tied word embeddings.
 
@@ -148,30 +164,12 @@ class MaskedLanguageModel(LightningModule):
         total_steps: int | None = None,
     ) -> None:
         super().__init__()
-        check_scheduler_interval(scheduler_interval)
-        if lr_decay not in ("constant", "linear"):
-            raise ValueError(f"lr_decay must be 'constant' or 'linear', got {lr_decay!r}.")
-        if not isinstance(warmup_steps, int) or warmup_steps < 0:
-            raise ValueError(f"warmup_steps must be an int >= 0, got {warmup_steps!r}.")
-        if total_steps is not None and (not isinstance(total_steps, int) or total_steps <= warmup_steps):
-            raise ValueError(f"total_steps must be None or an int > warmup_steps={warmup_steps}, got {total_steps!r}.")
-        if scheduler is not None and (warmup_steps > 0 or lr_decay != "constant"):
-            raise ValueError(
-                "pass either scheduler= or the built-in schedule (warmup_steps / lr_decay), not both; "
-                f"got scheduler={scheduler!r}, warmup_steps={warmup_steps}, lr_decay={lr_decay!r}."
-            )
+        _check_schedule(scheduler, scheduler_interval, warmup_steps, lr_decay, total_steps)
         # Callables stay out of the checkpoint: torch.load(weights_only=True) refuses pickled functions.
         self.save_hyperparameters(ignore=["optimizer", "scheduler"])
         config = EncoderConfig(
-            vocab_size=vocab_size,
-            d_model=d_model,
-            num_layers=num_layers,
-            num_heads=num_heads,
-            d_ff=d_ff,
-            dropout=dropout,
-            max_positions=max_positions,
-            type_vocab_size=type_vocab_size,
-            pad_token_id=pad_token_id,
+            vocab_size=vocab_size, d_model=d_model, num_layers=num_layers, num_heads=num_heads, d_ff=d_ff, dropout=dropout,
+            max_positions=max_positions, type_vocab_size=type_vocab_size, pad_token_id=pad_token_id,
         )
         self.backbone = TransformerEncoderModel(config)
         self.lm_head = MaskedLMHead(d_model, vocab_size, config.layer_norm_eps)

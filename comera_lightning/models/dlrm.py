@@ -109,6 +109,24 @@ def _check_layer_sizes(name: str, sizes: Sequence[int], min_len: int) -> list[in
     return [int(s) for s in sizes]
 
 
+def _check_arch(num_dense: int, embedding_dim: int, dense_sizes: list[int], over_sizes: list[int]) -> tuple[list[int], list[int]]:
+    """Validated dense- and over-arch layer sizes (the dense vector joins the dot interaction; one logit out)."""
+    if num_dense < 1:
+        raise ValueError(f"num_dense must be at least 1, got {num_dense!r}.")
+    if embedding_dim < 1:
+        raise ValueError(f"embedding_dim must be positive, got {embedding_dim!r}.")
+    dense_sizes = _check_layer_sizes("dense_arch_layer_sizes", dense_sizes, 1)
+    if dense_sizes[-1] != embedding_dim:
+        raise ValueError(
+            f"the last dense_arch_layer_sizes entry must equal embedding_dim={embedding_dim} (the dense "
+            f"vector takes part in the dot interaction), got dense_arch_layer_sizes={dense_sizes!r}."
+        )
+    over_sizes = _check_layer_sizes("over_arch_layer_sizes", over_sizes, 2)
+    if over_sizes[-1] != 1:
+        raise ValueError(f"the last over_arch_layer_sizes entry must be 1 (one click logit), got over_arch_layer_sizes={over_sizes!r}.")
+    return dense_sizes, over_sizes
+
+
 class DLRMClassifier(LightningModule):
     """DLRM (dense MLP, embedding bags, dot interaction, over MLP) trained with BCE on click logs.
 
@@ -159,22 +177,7 @@ class DLRMClassifier(LightningModule):
                 f"got {len(feature_names)} feature_names {feature_names!r} but {len(table_sizes)} table_sizes; "
                 "give one table size per sparse feature."
             )
-        if num_dense < 1:
-            raise ValueError(f"num_dense must be at least 1, got {num_dense!r}.")
-        if embedding_dim < 1:
-            raise ValueError(f"embedding_dim must be positive, got {embedding_dim!r}.")
-        dense_sizes = _check_layer_sizes("dense_arch_layer_sizes", dense_arch_layer_sizes, 1)
-        if dense_sizes[-1] != embedding_dim:
-            raise ValueError(
-                f"the last dense_arch_layer_sizes entry must equal embedding_dim={embedding_dim} (the dense "
-                f"vector takes part in the dot interaction), got dense_arch_layer_sizes={dense_sizes!r}."
-            )
-        over_sizes = _check_layer_sizes("over_arch_layer_sizes", over_arch_layer_sizes, 2)
-        if over_sizes[-1] != 1:
-            raise ValueError(
-                f"the last over_arch_layer_sizes entry must be 1 (one click logit), "
-                f"got over_arch_layer_sizes={over_sizes!r}."
-            )
+        dense_sizes, over_sizes = _check_arch(num_dense, embedding_dim, dense_arch_layer_sizes, over_arch_layer_sizes)
         check_scheduler_interval(scheduler_interval)
         if auroc_thresholds is not None and auroc_thresholds < 2:
             raise ValueError(f"auroc_thresholds must be None (exact AUC) or at least 2, got {auroc_thresholds!r}.")
@@ -185,10 +188,8 @@ class DLRMClassifier(LightningModule):
             device=torch.device("meta") if meta_embeddings else None,
         )
         self.model = DLRM(
-            embedding_bag_collection=ebc,
-            dense_in_features=num_dense,
-            dense_arch_layer_sizes=dense_sizes,
-            over_arch_layer_sizes=over_sizes,
+            embedding_bag_collection=ebc, dense_in_features=num_dense,
+            dense_arch_layer_sizes=dense_sizes, over_arch_layer_sizes=over_sizes,
         )
         self.optimizer = optimizer
         self.param_group_settings = ParamGroupSettings(lr_cores, deprecated_lr_gates(lr_gates), lr_other, weight_decay, core_weight_decay)
