@@ -5,7 +5,7 @@ of ``CRITEO_KAGGLE_TABLE_SIZES``, 33,762,577 rows) inside ``torchrec.models.dlrm
 arch 13-512-256-D, over arch 512-256-1), on a FULL training step: forward, BCE-with-logits,
 backward, ``optimizer.step()`` with the SAME optimizer for both (Adagrad by default; ``--optimizer
 sgd|adamw``), at batch 4096 with one id per feature from the synthetic Zipf-like generator
-(``SyntheticCriteoDataModule``: hot ids repeat within a batch, as in real click logs). METHOD.md §3
+(``SyntheticCriteoDataModule``: hot ids repeat within a batch, as in real click logs). docs/METHOD.md §3
 claims 99× compression and 7× lower peak memory for DLRM.
 
 Each (system, dim) runs in its own subprocess (``--worker``), so memory is measured cleanly:
@@ -323,7 +323,7 @@ def print_table(results: dict[int, dict[str, Any]], args: argparse.Namespace) ->
 
 
 def check_claims(results: dict[int, dict[str, Any]]) -> dict[str, Any]:
-    """METHOD.md §3: embedding compression >= 99x and peak memory >= 7x lower, per dim."""
+    """docs/METHOD.md §3: embedding compression >= 99x and peak memory >= 7x lower, per dim."""
     checks = {}
     for dim, rows in results.items():
         r = ratios(rows)
@@ -334,7 +334,7 @@ def check_claims(results: dict[int, dict[str, Any]]) -> dict[str, Any]:
                 "peak_memory_net_ge_7": r["peak_rss_net_of_import"] >= 7,
                 "dense_memory": rows["dense"]["status"],
             }
-    print("\nclaims (METHOD.md §3: 99x compression, 7x lower peak memory):")
+    print("\nclaims (docs/METHOD.md §3: 99x compression, 7x lower peak memory):")
     for dim, c in checks.items():
         print(f"  dim {dim}: compression>=99x {c['compression_ge_99']}, peak>=7x {c['peak_memory_ge_7']} "
               f"(net of import {c['peak_memory_net_ge_7']}), dense memory {c['dense_memory']}")

@@ -1,6 +1,6 @@
 """The paper's 6-encoder Transformer: training-step time and peak memory, dense vs CoMERA vs GaLore.
 
-Issue 9, comparisons 1 and 2 (METHOD.md §3: CoMERA 2-3x faster per epoch than dense training at
+Issue 9, comparisons 1 and 2 (docs/METHOD.md §3: CoMERA 2-3x faster per epoch than dense training at
 batch 32-128; 2x faster and 9x less memory than GaLore at batch 1). The model is
 ``SentencePairClassifier`` at the paper's size (vocabulary 30,522, d_model 768, 6 post-LN encoders,
 12 heads, d_ff 3072, 128 learned positions, dropout 0.1) on synthetic token pairs padded to 128
@@ -83,7 +83,7 @@ GALORE_TARGETS = ("attention.query", "attention.key", "attention.value", "attent
 # configs/transformer.yaml's comera: section, as ComeraCallback passes it to tensorize().
 TENSORIZE = {"max_rank": 30, "embedding_max_rank": 32, "num_cores": 3, "embedding_num_cores": 4,
              "gate_threshold": 1e-2, "min_compression": 2.0, "init": "random"}
-LEARNING_RATES = {"lr_cores": 1e-4, "lr_gates": 1e-3, "lr_other": 5e-5}  # the paper's (METHOD.md §2)
+LEARNING_RATES = {"lr_cores": 1e-4, "lr_gates": 1e-3, "lr_other": 5e-5}  # the paper's (docs/METHOD.md §2)
 RANK_WEIGHT = 0.01  # γ of the early stage's L + γR
 NUM_CLASSES = 3
 BARS = {"dense_over_comera_time_b32": 3.0, "galore_over_comera_time_b1": 2.0, "galore_over_comera_peak_b1": 9.0,

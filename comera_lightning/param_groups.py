@@ -1,4 +1,4 @@
-"""The paper's three optimizer parameter groups: TT cores, rank gates, everything else (METHOD.md §2)."""
+"""The paper's three optimizer parameter groups: TT cores, rank gates, everything else (docs/METHOD.md §2)."""
 
 from __future__ import annotations
 

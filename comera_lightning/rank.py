@@ -1,6 +1,6 @@
 """Rank gates in bulk: the size surrogate, the exact size, compression counts, physical pruning.
 
-METHOD.md §2. Everything here works on any ``nn.Module`` holding TT layers and on plain torch
+docs/METHOD.md §2. Everything here works on any ``nn.Module`` holding TT layers and on plain torch
 optimizers; nothing knows about Lightning or the callback.
 """
 
@@ -59,7 +59,7 @@ def surrogate_normalizer(layers: Sequence[TTModule], kind: str = "mean") -> floa
 
 
 def size_surrogate(layers: Sequence[TTModule], kind: str = "mean", normalizer: float | None = None) -> torch.Tensor:
-    """Differentiable ℓ1 relaxation ``R`` of the model size (METHOD §2), with no host sync.
+    """Differentiable ℓ1 relaxation ``R`` of the model size (docs/METHOD.md §2), with no host sync.
 
     ``"mean"``: the reference's mean of the masked gate values over all tensorized layers
     (dead gates count as 0). ``"size"``: each gate weighted by the core parameters it controls.

@@ -1,4 +1,4 @@
-"""CAME: agreement with came-pytorch 0.1.3, METHOD.md §4 closed forms, state handling, graph safety."""
+"""CAME: agreement with came-pytorch 0.1.3, docs/METHOD.md §4 closed forms, state handling, graph safety."""
 
 from __future__ import annotations
 
@@ -85,7 +85,7 @@ def test_closed_form_matrix(optimizer_cls):
     s2 = 0.9999 * s1 + 1e-4 * 0.81**2
     torch.testing.assert_close(step1, torch.full_like(step1, lr * 0.1 / math.sqrt(s1)), rtol=1e-12, atol=0)
     torch.testing.assert_close(step2, torch.full_like(step2, lr * 0.19 / math.sqrt(s2)), rtol=1e-12, atol=0)
-    assert step1[0, 0].item() / lr == pytest.approx(11.111, abs=1e-3)  # METHOD.md §4
+    assert step1[0, 0].item() / lr == pytest.approx(11.111, abs=1e-3)  # docs/METHOD.md §4
     assert step2[0, 0].item() / lr == pytest.approx(15.692, abs=1e-3)
 
 

@@ -155,7 +155,7 @@ def test_paper_size_parameter_count():
     expected = embeddings + 6 * layer + head
     total = sum(p.numel() for p in model.parameters())
     assert total == expected == 66_957_315
-    assert abs(total - 67e6) / 67e6 < 0.01  # METHOD.md §1.3: "dense ≈ 67 M parameters ≈ 256 MB fp32"
+    assert abs(total - 67e6) / 67e6 < 0.01  # docs/METHOD.md §1.3: "dense ≈ 67 M parameters ≈ 256 MB fp32"
     enc = model.get_submodule("backbone.encoder.layers.0.attention.query")
     assert enc.weight.shape == (768, 768)
 

@@ -34,7 +34,7 @@ def test_bad_sizes_raise_naming_the_value(bad):
 
 
 def test_rank_caps_follow_the_modes():
-    # METHOD §1.1: 768×768 at max_rank 30 gives [1, 12, 30, 30, 30, 12, 1]
+    # docs/METHOD.md §1.1: 768×768 at max_rank 30 gives [1, 12, 30, 30, 30, 12, 1]
     assert bond_rank_caps((12, 8, 8, 8, 8, 12), 30) == (12, 30, 30, 30, 12)
     assert bond_rank_caps((2, 2, 2), 100) == (2, 2)
     assert bond_rank_caps((4, 4, 4), [1, 3]) == (1, 3)

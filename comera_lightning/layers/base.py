@@ -74,7 +74,7 @@ class TTModule(TensorizedModule):
     # ------------------------------------------------------------------ construction
     @torch.no_grad()
     def reset_cores(self, std: float) -> None:
-        """Random cores whose full tensor has entries of standard deviation ``std`` (METHOD §1.1)."""
+        """Random cores whose full tensor has entries of standard deviation ``std`` (docs/METHOD.md §1.1)."""
         scale = std ** (1.0 / len(self.cores))
         for core in self.cores:
             core.normal_(0.0, scale / math.sqrt(core.shape[-1]))

@@ -1,6 +1,6 @@
 """Factorising layer sizes into tensor-train modes, padding awkward sizes, capping ranks.
 
-METHOD.md §1: a dimension ``n`` is viewed as a product of modes ``n_1 ⋯ n_d``. Balanced modes
+docs/METHOD.md §1: a dimension ``n`` is viewed as a product of modes ``n_1 ⋯ n_d``. Balanced modes
 keep every core small; a size that factorises badly (a large prime factor) is padded up to a
 nearby product of small primes, the way the paper pads a 30,522-word vocabulary to 32,000.
 """

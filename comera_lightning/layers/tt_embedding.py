@@ -1,4 +1,4 @@
-"""TTEmbedding: an embedding table stored as a tensor-train matrix (METHOD.md §1.2)."""
+"""TTEmbedding: an embedding table stored as a tensor-train matrix (docs/METHOD.md §1.2)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""TTEmbeddingBagCollection: TorchRec's pooled embedding collection with TT-matrix tables (METHOD.md §1.2).
+"""TTEmbeddingBagCollection: TorchRec's pooled embedding collection with TT-matrix tables (docs/METHOD.md §1.2).
 
 A drop-in for ``torchrec.EmbeddingBagCollection`` (``KeyedJaggedTensor`` in, ``KeyedTensor``
 out), so ``torchrec.models.dlrm.DLRM`` takes it as its sparse arch. Every table with at least
@@ -225,7 +225,7 @@ class TTEmbeddingBagCollection(EmbeddingBagCollectionInterface, TensorizedModule
 
         ``init``: ``"svd"`` (TT-SVD of each table, exact at full rank), ``"random"`` (random
         cores whose entries have each table's standard deviation) or ``"paper"`` (σ = 1,
-        METHOD §1.1).
+        docs/METHOD.md §1.1).
 
         A collection built on the ``meta`` device (no memory: how a Criteo-scale model is
         declared) is tensorized without ever materialising its tables: the TT cores and the

@@ -1,4 +1,4 @@
-"""TTLinear: a linear layer whose weight lives in tensor-train form (METHOD.md §1.1)."""
+"""TTLinear: a linear layer whose weight lives in tensor-train form (docs/METHOD.md §1.1)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A CodeBERT-like (RoBERTa-style) masked language model for code pre-training (METHOD.md §3).
+"""A CodeBERT-like (RoBERTa-style) masked language model for code pre-training (docs/METHOD.md §3).
 
 The backbone is the shared post-LN encoder of :mod:`comera_lightning.models.encoder` (learned
 positions, a single token type); the LM head is ``dense → GELU → LayerNorm → decoder`` with the

@@ -33,7 +33,7 @@ __all__ = [
 
 @dataclass
 class EncoderConfig:
-    """Sizes of a BERT-style encoder (defaults: the paper's 6-layer, 768-wide model, METHOD.md §2)."""
+    """Sizes of a BERT-style encoder (defaults: the paper's 6-layer, 768-wide model, docs/METHOD.md §2)."""
 
     vocab_size: int = 30522
     d_model: int = 768

@@ -1,4 +1,4 @@
-"""The paper's MNLI model: a 6-layer post-LN encoder with a BERT pooler and a 3-way classifier (METHOD.md §2)."""
+"""The paper's MNLI model: a 6-layer post-LN encoder with a BERT pooler and a 3-way classifier (docs/METHOD.md §2)."""
 
 from __future__ import annotations
 
