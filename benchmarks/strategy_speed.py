@@ -5,15 +5,14 @@ positions, TT embedding of BERT's 30,522 rows) with fewer layers, tensorized as
 ``configs/transformer.yaml`` does (linear ranks 30, embedding rank 32); one step is forward,
 the early-stage objective ``L + 0.01·R``, backward and the optimizer step on a synthetic batch.
 
-* CPU: eager against ``torch.compile(dynamic=False)`` of the module's children, exactly as
-  ``CUDAGraphStrategy(compile=True)`` does it; the first compiled step (compilation) is
-  reported apart, then the timed steps of the two copies alternate.
-* CUDA (when present): the step captured in a CUDA graph (the strategy's ``StepGraph`` with a
-  capturable optimizer, warmed up on a side stream) against the same step eagerly, for the
-  tensorized and the dense model, at batch 32 and 1.
+CUDA only: the step captured in a CUDA graph (the strategy's ``StepGraph`` with a capturable
+optimizer, warmed up on a side stream) against the same step eagerly, for the tensorized and the
+dense model, at batch 32 and 1. On CPU the strategy runs the default eager step, so there is
+nothing to compare (the former ``torch.compile`` variant measured 1.32× slower than eager, with a
+72 s first step, and was removed).
 
-    python benchmarks/strategy_speed.py [--layers 2] [--batch 32] [--seq 128] [--warmup 3] [--steps 10]
-        [--optimizer adamw|came] [--threads N] [--skip-cpu] [--out benchmarks/results/strategy_speed.json]
+    python benchmarks/strategy_speed.py [--layers 2] [--seq 128] [--warmup 3] [--steps 10]
+        [--optimizer adamw|came] [--out benchmarks/results/strategy_speed.json]
 """
 
 from __future__ import annotations
@@ -34,7 +33,7 @@ import torch.nn.functional as F
 from comera_lightning import CAME, tensorize
 from comera_lightning.models.transformer import SentencePairClassifier
 from comera_lightning.rank import size_surrogate, tt_layers
-from comera_lightning.strategy import StepGraph, compiled_children, make_capturable_, set_compiled
+from comera_lightning.strategy import StepGraph, make_capturable_
 
 VOCAB = 30522
 
@@ -107,24 +106,6 @@ def interleaved_ms(steps: dict[str, Callable[[], object]], args: argparse.Namesp
     return times
 
 
-def cpu_compile(args: argparse.Namespace) -> dict:
-    """Eager vs torch.compile of the tensorized model on CPU, interleaved."""
-    device = torch.device("cpu")
-    batch = make_batch(args.batch, args.seq, device)
-    eager_model = build(args.layers, device, tensorized=True)
-    compiled_model = copy.deepcopy(eager_model)
-    set_compiled(compiled_children(compiled_model), True)
-    eager = step_fn(eager_model, optimizer_for(eager_model, args.optimizer), batch)
-    compiled = step_fn(compiled_model, optimizer_for(compiled_model, args.optimizer), batch)
-    compile_s = timed(compiled, device)  # the first call compiles forward and backward
-    times = interleaved_ms({"eager": eager, "compiled": compiled}, args, device)
-    ms = {k: statistics.median(v) for k, v in times.items()}
-    return {
-        "step_ms": ms, "all_ms": {k: [round(t, 1) for t in v] for k, v in times.items()},
-        "first_compiled_step_s": round(compile_s, 1), "compiled_over_eager": ms["compiled"] / ms["eager"],
-    }
-
-
 def cuda_graphs(args: argparse.Namespace, batch_size: int) -> dict:
     """Graph vs eager, tensorized and dense, at one batch size (CUDA only)."""
     device = torch.device("cuda")
@@ -160,33 +141,21 @@ def cuda_graphs(args: argparse.Namespace, batch_size: int) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layers", type=int, default=2)
-    parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--seq", type=int, default=128)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--optimizer", choices=["adamw", "came"], default="adamw")
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
-    parser.add_argument("--skip-cpu", action="store_true", help="only the CUDA comparison")
     parser.add_argument("--out", default="benchmarks/results/strategy_speed.json")
     args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
     result: dict = {
         "config": vars(args),
         "machine": {
             "platform": platform.platform(), "processor": platform.processor() or platform.machine(),
-            "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
+            "cpu_count": os.cpu_count(), "torch": torch.__version__,
             "cuda": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
         },
     }
-    lines = [f"Tensorized paper Transformer, {args.layers} layers, batch {args.batch} x {args.seq}, {args.optimizer}"]
-    if not args.skip_cpu:
-        cpu = result["cpu"] = cpu_compile(args)
-        lines += [
-            f"CPU ({result['machine']['torch_threads']} threads)   eager {cpu['step_ms']['eager']:8.1f} ms   "
-            f"torch.compile {cpu['step_ms']['compiled']:8.1f} ms   compiled/eager {cpu['compiled_over_eager']:.2f}x   "
-            f"(first compiled step {cpu['first_compiled_step_s']} s)",
-        ]
+    lines = [f"Tensorized paper Transformer, {args.layers} layers, sequence {args.seq}, {args.optimizer}"]
     if torch.cuda.is_available():
         result["cuda"] = {str(b): cuda_graphs(args, b) for b in (32, 1)}
         for b, rows in result["cuda"].items():

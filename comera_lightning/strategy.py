@@ -42,15 +42,15 @@ capture, their tensor work is replayed; a metric's return value is not available
 step (log the metric object); optimizer hyper-parameters other than ``lr`` are frozen at capture;
 ``ComeraCallback``'s per-step finite-loss check (a host sync) is skipped while capturing.
 
-On CPU the strategy runs eagerly by default (the default strategy's code path). ``compile=True``
-compiles the module's children with ``torch.compile(dynamic=False)`` for training (validation
-stays eager), and resets the compiled code after each prune so it recompiles at the new shapes;
-``benchmarks/strategy_speed.py`` measures whether that pays off.
+On CPU the strategy runs eagerly (the default strategy's code path). The former CPU
+``torch.compile`` path was removed (1.32× slower than eager, 72 s first step); ``compile=True``
+only warns.
 """
 
 from __future__ import annotations
 
 import functools
+import warnings
 from collections import Counter
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -69,11 +69,15 @@ from torchmetrics import Metric
 
 __all__ = [
     "CUDAGraphStrategy", "GraphCache", "StepGraph", "UncapturableBatch",
-    "batch_key", "compiled_children", "deferring", "make_capturable_", "pad_to_bucket", "set_compiled",
+    "batch_key", "deferring", "make_capturable_", "pad_to_bucket",
 ]
 
 EAGER, WARMUP, CAPTURE, REPLAY = "eager", "warmup", "capture", "replay"
 _MISSING = object()
+COMPILE_REMOVED = (
+    "CUDAGraphStrategy(compile=True) is deprecated and does nothing: the CPU torch.compile path was removed "
+    "because it measured 1.32× slower than eager with a 72 s first step; training runs eagerly on CPU."
+)
 
 
 class UncapturableBatch(ValueError):
@@ -264,21 +268,6 @@ def make_capturable_(optimizer: torch.optim.Optimizer) -> dict[int, Tensor]:
     return lrs
 
 
-def compiled_children(module: nn.Module) -> list[tuple[nn.Module, Callable]]:
-    """``torch.compile(dynamic=False)`` of each child of ``module`` that holds parameters (metrics excluded), not yet in use."""
-    return [
-        (child, torch.compile(child._call_impl, dynamic=False))
-        for child in module.children()
-        if not isinstance(child, Metric) and next(child.parameters(), None) is not None
-    ]
-
-
-def set_compiled(children: Sequence[tuple[nn.Module, Callable]], on: bool) -> None:
-    """Make each child's calls go through its compiled version (``on``) or back to eager, as ``nn.Module.compile`` does."""
-    for child, compiled in children:
-        child._compiled_call_impl = compiled if on else None
-
-
 # ---------------------------------------------------------------------------------------- the strategy
 class CUDAGraphStrategy(SingleDeviceStrategy):
     """One-device strategy that captures the whole training step in a CUDA graph and re-captures after each prune.
@@ -291,7 +280,7 @@ class CUDAGraphStrategy(SingleDeviceStrategy):
         buckets: sequence lengths to pad training batches up to (one graph each); needs ``pad_values``.
         pad_values: dict-batch keys to pad along dim 1 and their pad value, e.g.
             ``{input_ids: 0, attention_mask: 0, token_type_ids: 0}`` (labels of a masked LM: -100).
-        compile: on CPU, ``torch.compile(dynamic=False)`` the module's children for training.
+        compile: deprecated no-op; ``True`` warns (the CPU ``torch.compile`` path was removed).
         accelerator, checkpoint_io, precision_plugin: as for ``SingleDeviceStrategy``.
     """
 
@@ -309,6 +298,8 @@ class CUDAGraphStrategy(SingleDeviceStrategy):
         pad_values: dict[str, float] | None = None,
         compile: bool = False,
     ) -> None:
+        if compile:
+            warnings.warn(COMPILE_REMOVED, DeprecationWarning, stacklevel=2)
         for name, value in (("warmup_steps", warmup_steps), ("max_graphs", max_graphs)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}.")
@@ -327,7 +318,7 @@ class CUDAGraphStrategy(SingleDeviceStrategy):
             accelerator=accelerator, checkpoint_io=checkpoint_io, precision_plugin=precision_plugin,
         )
         self._device_given = device is not None
-        self.cuda_graphs, self.compile = cuda_graphs, compile
+        self.cuda_graphs = cuda_graphs
         self.buckets = sorted(set(buckets)) if buckets else None
         self.pad_values = dict(pad_values or {})
         self.graph_cache = GraphCache(warmup_steps, max_graphs)
@@ -340,8 +331,6 @@ class CUDAGraphStrategy(SingleDeviceStrategy):
         self._step_refusal: str | None = None
         self._lrs: list[tuple[dict, Tensor]] = []
         self._side_stream: torch.cuda.Stream | None = None
-        self._compiled: list[tuple[nn.Module, Callable]] = []
-        self._compiled_shapes: set[tuple] = set()
 
     @property
     def root_device(self) -> torch.device:
@@ -390,12 +379,9 @@ class CUDAGraphStrategy(SingleDeviceStrategy):
     def _graphs_on(self) -> bool:
         return self.refusal is None
 
-    def _compiling(self) -> bool:
-        return bool(self._compiled)
-
     # ------------------------------------------------------------------ lifecycle
     def on_train_start(self) -> None:
-        """Decide whether steps are captured; make the optimizer capturable or compile the module (CPU)."""
+        """Decide whether steps are captured; if so, make the optimizer capturable."""
         super().on_train_start()
         trainer = self.lightning_module.trainer
         self.graph_cache = GraphCache(self.graph_cache.warmup_steps, self.graph_cache.max_graphs)
@@ -406,30 +392,12 @@ class CUDAGraphStrategy(SingleDeviceStrategy):
             optimizer = self.optimizers[0]
             self._lrs = [(optimizer.param_groups[i], lr) for i, lr in make_capturable_(optimizer).items()]
             self._side_stream = torch.cuda.Stream(self.root_device)
-        if self.compile and self.root_device.type == "cpu":
-            self._compiled = compiled_children(self.lightning_module)
-            set_compiled(self._compiled, True)
-            rank_zero_info(f"CUDAGraphStrategy: torch.compile(dynamic=False) on {len(self._compiled)} submodules for training.")
-        elif self.compile:
-            self._say("compile=True applies on CPU only (on CUDA the step is captured in a graph instead).", warn=False)
 
     def on_train_end(self) -> None:
-        """Free the graphs and return to the eager module."""
+        """Free the graphs."""
         super().on_train_end()
         self.graph_cache.clear()
         self._lrs, self._side_stream = [], None
-        set_compiled(self._compiled, False)
-        self._compiled, self._compiled_shapes = [], set()
-
-    def on_validation_start(self) -> None:
-        """Validation runs eagerly (also the compiled children)."""
-        super().on_validation_start()
-        set_compiled(self._compiled, False)
-
-    def on_validation_end(self) -> None:
-        """Back to the compiled children for training."""
-        super().on_validation_end()
-        set_compiled(self._compiled, True)
 
     def teardown(self) -> None:
         """Free the graphs before the module leaves the device."""
@@ -437,19 +405,16 @@ class CUDAGraphStrategy(SingleDeviceStrategy):
         super().teardown()
 
     def on_parameters_resized(self) -> None:
-        """Parameters were replaced by pruned ones (ComeraCallback calls this): drop graphs and compiled code."""
+        """Parameters were replaced by pruned ones (ComeraCallback calls this): drop the graphs."""
         self.graph_cache.invalidate()
-        if self._compiling():
-            torch.compiler.reset()
-            self._compiled_shapes.clear()
 
     # ------------------------------------------------------------------ the step
     def batch_to_device(self, batch: Any, device: torch.device | None = None, dataloader_idx: int = 0) -> Any:
-        """Move the batch; for a training step that is captured or compiled, pad it to its bucket and key it."""
+        """Move the batch; for a training step that is captured, pad it to its bucket and key it."""
         batch = super().batch_to_device(batch, device, dataloader_idx)
         module = self.lightning_module
         trainer = module._trainer if module is not None else None
-        if trainer is None or trainer.state.stage != RunningStage.TRAINING or not (self._graphs_on() or self._compiling()):
+        if trainer is None or trainer.state.stage != RunningStage.TRAINING or not self._graphs_on():
             return batch
         self._step_key = self._step_refusal = None
         try:
@@ -459,10 +424,6 @@ class CUDAGraphStrategy(SingleDeviceStrategy):
         except UncapturableBatch as err:
             self._step_refusal = str(err)
         self._step_batch = batch
-        if self._compiling() and self._step_key is not None:
-            self._compiled_shapes.add(self._step_key)
-            if len(self._compiled_shapes) > self.graph_cache.max_graphs:
-                self._say(f"more than max_graphs={self.graph_cache.max_graphs} batch shapes, each compiled anew; set buckets.")
         return batch
 
     def training_step(self, *args: Any, **kwargs: Any) -> Any:
