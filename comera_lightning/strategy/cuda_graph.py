@@ -1,8 +1,9 @@
 """CUDAGraphStrategy: a one-device Lightning strategy that replays the whole training step as a CUDA graph.
 
 Tensorized training launches many small kernels, and the CoMERA paper captures the whole step
-in a CUDA graph to remove their launch overhead (METHOD.md §3, last row). On CUDA, with automatic
-optimization, a training step runs like this:
+in a CUDA graph to remove their launch overhead (docs/METHOD.md §3, last row). On CUDA, with
+automatic optimization, a training step runs like this (the machinery is in
+:mod:`comera_lightning.strategy.capture`):
 
 1. ``batch_to_device``: the batch moves to the GPU, is padded up to a length bucket when
    ``buckets`` is set, and gets its *key*: the structure, shapes and dtypes of its tensors.
@@ -51,9 +52,7 @@ from __future__ import annotations
 
 import functools
 import warnings
-from collections import Counter
-from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 import lightning.pytorch as pl
@@ -63,212 +62,30 @@ from lightning.pytorch.plugins.precision import Precision
 from lightning.pytorch.strategies import SingleDeviceStrategy
 from lightning.pytorch.trainer.states import RunningStage
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
-from lightning_utilities.core.apply_func import apply_to_collection
-from torch import Tensor, nn
-from torchmetrics import Metric
+from torch import Tensor
 
-__all__ = [
-    "CUDAGraphStrategy", "GraphCache", "StepGraph", "UncapturableBatch",
-    "batch_key", "deferring", "make_capturable_", "pad_to_bucket",
-]
+from comera_lightning.strategy.capture import (
+    CAPTURE,
+    EAGER,
+    REPLAY,
+    WARMUP,
+    GraphCache,
+    StepGraph,
+    UncapturableBatch,
+    batch_key,
+    deferring,
+    make_capturable_,
+    pad_to_bucket,
+)
 
-EAGER, WARMUP, CAPTURE, REPLAY = "eager", "warmup", "capture", "replay"
-_MISSING = object()
+__all__ = ["COMPILE_REMOVED", "CUDAGraphStrategy"]
+
 COMPILE_REMOVED = (
     "CUDAGraphStrategy(compile=True) is deprecated and does nothing: the CPU torch.compile path was removed "
     "because it measured 1.32× slower than eager with a 72 s first step; training runs eagerly on CPU."
 )
 
 
-class UncapturableBatch(ValueError):
-    """A training batch that cannot go into a CUDA graph's static buffers; the message says why."""
-
-
-# ---------------------------------------------------------------------------------------- batches
-def _leaves(batch: Any, path: tuple = ()) -> Iterator[tuple[tuple, Tensor | None]]:
-    if batch is None or isinstance(batch, Tensor):
-        yield path, batch
-    elif isinstance(batch, Mapping):
-        for key, value in batch.items():
-            yield from _leaves(value, (*path, key))
-    elif isinstance(batch, (list, tuple)):
-        for i, value in enumerate(batch):
-            yield from _leaves(value, (*path, i))
-    else:
-        where = "the batch" if not path else f"batch{''.join(f'[{p!r}]' for p in path)}"
-        raise UncapturableBatch(
-            f"{where} is a {type(batch).__name__}: a CUDA graph needs batches of tensors (or dicts/lists/tuples "
-            "of them) whose shapes repeat; jagged inputs such as TorchRec's KeyedJaggedTensor change shape every batch"
-        )
-
-
-def batch_key(batch: Any) -> tuple:
-    """The graph key of a batch: where each tensor sits, its shape, dtype and device (raises :class:`UncapturableBatch`)."""
-    return tuple(
-        (path, None) if t is None else (path, tuple(t.shape), t.dtype, str(t.device)) for path, t in _leaves(batch)
-    )
-
-
-def pad_to_bucket(batch: Any, buckets: Sequence[int], pad_values: Mapping[str, float]) -> Any:
-    """Pad dim 1 (the sequence) of the ``pad_values`` keys of a dict batch up to the smallest bucket that holds it.
-
-    Keys of ``pad_values`` the batch lacks are ignored; a batch without any of them is returned as it is.
-    Raises :class:`UncapturableBatch` for a batch that is not a dict, keys that disagree on the length,
-    or a length above the largest bucket.
-    """
-    if not isinstance(batch, Mapping):
-        raise UncapturableBatch(f"buckets pad dict batches by key, got a batch of type {type(batch).__name__}")
-    keys = [k for k in pad_values if k in batch]
-    lengths = {k: batch[k].shape[1] for k in keys}
-    if len(set(lengths.values())) > 1:
-        raise UncapturableBatch(f"the keys to pad disagree on the sequence length (dim 1): {lengths}")
-    if not keys:
-        return batch
-    length = next(iter(lengths.values()))
-    target = next((b for b in sorted(buckets) if b >= length), None)
-    if target is None:
-        raise UncapturableBatch(f"a batch of sequence length {length} is longer than the largest bucket ({max(buckets)})")
-    if target == length:
-        return batch
-    padded = dict(batch)
-    for k in keys:
-        t = batch[k]
-        padded[k] = torch.nn.functional.pad(t, [0, 0] * (t.dim() - 2) + [0, target - length], value=pad_values[k])
-    return padded
-
-
-# ---------------------------------------------------------------------------------------- bookkeeping
-class GraphCache:
-    """Which batch keys warm up, get captured, replay or stay eager; pure Python, no CUDA needed.
-
-    A key is captured after ``warmup_steps`` eager steps with it, while fewer than ``max_graphs``
-    graphs exist; :meth:`invalidate` (every prune) forgets all graphs and warm-up counts.
-    """
-
-    def __init__(self, warmup_steps: int = 3, max_graphs: int = 8) -> None:
-        self.warmup_steps, self.max_graphs = warmup_steps, max_graphs
-        self.graphs: dict[Hashable, Any] = {}
-        self.warm: Counter = Counter()
-        self.captures = 0
-        self.invalidations = 0
-
-    def plan(self, key: Hashable) -> str:
-        """What the next step with ``key`` does: ``"replay"``, ``"warmup"``, ``"capture"`` or ``"eager"`` (cache full)."""
-        if key in self.graphs:
-            return REPLAY
-        if self.warm[key] < self.warmup_steps:
-            return WARMUP
-        return CAPTURE if len(self.graphs) < self.max_graphs else EAGER
-
-    def warmed(self, key: Hashable) -> None:
-        """Count one eager warm-up step with ``key``."""
-        self.warm[key] += 1
-
-    def store(self, key: Hashable, graph: Any) -> None:
-        """Keep the graph captured for ``key``."""
-        self.graphs[key] = graph
-        self.captures += 1
-
-    def invalidate(self) -> None:
-        """Drop every graph and warm-up count (shapes changed); counted in ``invalidations``."""
-        self.clear()
-        self.invalidations += 1
-
-    def clear(self) -> None:
-        """Drop every graph and warm-up count (training ended)."""
-        self.graphs.clear()
-        self.warm.clear()
-
-
-class StepGraph:
-    """One captured training step for one batch key: static batch tensors, the graph, and what the step returned.
-
-    ``deferred`` holds the calls recorded during capture (``log``, metric updates) that
-    :meth:`reissue` runs again after every replay.
-    """
-
-    def __init__(self, batch: Any) -> None:
-        self.static_batch = apply_to_collection(batch, Tensor, torch.clone)
-        self._static = [t for _, t in _leaves(self.static_batch) if t is not None]
-        self.graph: torch.cuda.CUDAGraph | None = None
-        self.outputs: Any = None
-        self.deferred: list[tuple[Callable, tuple, dict]] = []
-        self.grads: list[tuple[nn.Parameter, Tensor | None]] = []
-        self.param_ids: tuple[int, ...] = ()
-        self.replays = 0
-
-    def load(self, batch: Any) -> None:
-        """Copy ``batch`` (same key) into the static tensors, without a host sync."""
-        for dst, src in zip(self._static, (t for _, t in _leaves(batch) if t is not None)):
-            dst.copy_(src, non_blocking=True)
-
-    def capture(self, step: Callable[[], Any]) -> Any:
-        """Capture ``step()`` (which must read the batch from ``static_batch``); returns what it returned."""
-        graph = torch.cuda.CUDAGraph()
-        # thread_local: a DataLoader pin-memory thread may call CUDA while we capture
-        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
-            result = step()
-        self.graph = graph
-        return result
-
-    def replay(self) -> None:
-        """Run the captured step on the batch last loaded."""
-        self.graph.replay()
-        self.replays += 1
-
-    def reissue(self) -> Any:
-        """Run the deferred calls again and return a copy of the step's outputs (the next replay overwrites them)."""
-        for fn, args, kwargs in self.deferred:
-            fn(*args, **kwargs)
-        return apply_to_collection(self.outputs, Tensor, lambda t: t.detach().clone())
-
-
-@contextmanager
-def deferring(module: nn.Module) -> Iterator[list[tuple[Callable, tuple, dict]]]:
-    """Record instead of running ``module.log`` and the ``forward``/``update`` calls of its torchmetrics metrics."""
-    calls: list[tuple[Callable, tuple, dict]] = []
-    targets = [(module, "log")] + [(m, name) for m in module.modules() if isinstance(m, Metric) for name in ("forward", "update")]
-    saved = []
-    for obj, name in targets:
-        saved.append((obj, name, obj.__dict__.get(name, _MISSING)))
-        original = getattr(obj, name)
-        obj.__dict__[name] = lambda *args, _fn=original, **kwargs: calls.append((_fn, args, kwargs))
-    try:
-        yield calls
-    finally:
-        for obj, name, value in reversed(saved):
-            if value is _MISSING:
-                del obj.__dict__[name]
-            else:
-                obj.__dict__[name] = value
-
-
-def make_capturable_(optimizer: torch.optim.Optimizer) -> dict[int, Tensor]:
-    """Let ``optimizer.step()`` run inside a CUDA graph, in place; returns the learning-rate tensors by group index.
-
-    Sets ``capturable=True``, moves ``step`` counts to their parameter's device and turns each
-    group's ``lr`` into a 0-dim float32 tensor there (LR schedulers then ``fill_`` it in place).
-    The optimizer must have a ``capturable`` option (torch's Adam/AdamW, CAME, ...).
-    """
-    if "capturable" not in optimizer.defaults:
-        raise ValueError(f"{type(optimizer).__name__} has no 'capturable' option; its step() cannot be captured.")
-    optimizer.defaults["capturable"] = True
-    lrs = {}
-    for i, group in enumerate(optimizer.param_groups):
-        group["capturable"] = True
-        if group["params"]:
-            device = group["params"][0].device
-            lr = group["lr"]
-            lr = lr.to(device=device, dtype=torch.float32) if isinstance(lr, Tensor) else torch.tensor(float(lr), device=device)
-            group["lr"] = lrs[i] = lr
-    for param, state in optimizer.state.items():
-        step = state.get("step")
-        if isinstance(step, Tensor) and step.device != param.device:
-            state["step"] = step.to(device=param.device, dtype=torch.float32)
-    return lrs
-
-
-# ---------------------------------------------------------------------------------------- the strategy
 class CUDAGraphStrategy(SingleDeviceStrategy):
     """One-device strategy that captures the whole training step in a CUDA graph and re-captures after each prune.
 
