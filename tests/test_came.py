@@ -175,12 +175,12 @@ def test_foreach_matches_loop(dtype):
 
 
 def test_foreach_chunks_large_buckets(monkeypatch):
-    import comera_lightning.optim.came as came_module
+    import comera_lightning.optim.came_foreach as foreach_module
 
     (pa, pb) = _mixed_params(torch.float32), _mixed_params(torch.float32)
     oa, ob = CAME(pa, lr=1e-2, foreach=True), CAME(pb, lr=1e-2, foreach=False)
-    monkeypatch.setattr(came_module, "_STACK_NUMEL", 70)  # two (6, 5) tensors per chunk
-    monkeypatch.setattr(came_module, "_STACK_BELOW", 50)  # (4, 3, 5) and (2, 3, 4, 2) one at a time
+    monkeypatch.setattr(foreach_module, "_STACK_NUMEL", 70)  # two (6, 5) tensors per chunk
+    monkeypatch.setattr(foreach_module, "_STACK_BELOW", 50)  # (4, 3, 5) and (2, 3, 4, 2) one at a time
     _train(oa, pa, 5)
     _train(ob, pb, 5)
     assert all(torch.equal(a, b) for a, b in zip(pa, pb))

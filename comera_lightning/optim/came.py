@@ -1,68 +1,28 @@
-"""CAME: Confidence-guided Adaptive Memory Efficient optimizer (Luo et al., ACL 2023; METHOD.md §4)."""
+"""CAME: Confidence-guided Adaptive Memory Efficient optimizer (Luo et al., ACL 2023; docs/METHOD.md §4).
+
+The optimizer class: hyper-parameters, state creation and loading, and ``step()``, which runs
+:func:`~comera_lightning.optim.came_foreach.step_foreach` or the per-parameter reference
+:func:`~comera_lightning.optim.came_single.step_single`.
+"""
 
 from __future__ import annotations
 
 import math
-from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
 from torch import Tensor
 
-__all__ = ["CAME"]
+from comera_lightning.optim.came_foreach import step_foreach
+from comera_lightning.optim.came_layout import Layout, compute_dtype, factor_layout, state_layout
+from comera_lightning.optim.came_single import step_single
 
-# (n_batch, split): dims [0, n_batch) are a batch, [n_batch, split) the rows, [split, ndim) the
-# columns of the matrix whose second moment is factored. ``None``: full (unfactored) moments.
-Layout = tuple[int, int]
-
-# The multi-tensor path stacks same-shape tensors below _STACK_BELOW elements (where kernel
-# launches, not memory traffic, dominate), at most _STACK_NUMEL elements per stack.
-_STACK_BELOW = 1 << 16
-_STACK_NUMEL = 1 << 22
-
-
-def factor_layout(shape: Sequence[int], min_factor_size: int = 0, factor_core_unfolding: bool = False) -> Layout | None:
-    """How CAME factors the statistics of a parameter of ``shape`` (``None``: kept full)."""
-    ndim = len(shape)
-    if ndim < 2 or math.prod(shape) < min_factor_size:
-        return None
-    if factor_core_unfolding and ndim in (3, 4):
-        return (0, 1)  # TT core (r_left, n, [m,] r_right): rows r_left, columns the rest
-    return (ndim - 2, ndim - 1)
-
-
-def state_layout(state: dict[str, Any], ndim: int) -> Layout | None:
-    """The layout an existing CAME state was built with, read off its tensor shapes."""
-    if "exp_avg_sq_row" not in state:
-        return None
-    split = state["exp_avg_sq_row"].dim()
-    return (state["exp_avg_sq_col"].dim() - (ndim - split), split)
-
-
-def _matrix_dims(shape: Sequence[int], layout: Layout) -> tuple[int, int, int]:
-    n_batch, split = layout
-    return math.prod(shape[:n_batch]), math.prod(shape[n_batch:split]), math.prod(shape[split:])
-
-
-def _compute_dtype(param: Tensor) -> torch.dtype:
-    return torch.float32 if param.dtype in (torch.float16, torch.bfloat16) else param.dtype
-
-
-def _rank1_rsqrt(row: Tensor, col: Tensor, out: Tensor) -> Tensor:
-    # rsqrt of the rank-1 estimate row_i col_j / mean(row), for (N, R) rows and (N, C) columns,
-    # written into a spent (N, R, C) buffer: one full-size temporary per step, not three
-    r_factor = (row / row.mean(dim=-1, keepdim=True)).rsqrt_().unsqueeze(-1)
-    c_factor = col.rsqrt().unsqueeze(-2)
-    return torch.mul(r_factor, c_factor, out=out)
-
-
-def _stack(tensors: list[Tensor]) -> Tensor:
-    # read-only stacked copy; a single tensor is just viewed (callers never write into it)
-    return tensors[0].unsqueeze(0) if len(tensors) == 1 else torch.stack(tensors)
+__all__ = ["CAME", "Layout", "factor_layout", "state_layout"]
 
 
 def _check_number(name: str, value: Any, low: float, low_open: bool, high: float | None, text: str) -> None:
+    """Raise ValueError unless ``value`` is a finite real number in the range given."""
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
     ok = ok and (value > low if low_open else value >= low) and (high is None or value < high)
     if not ok:
@@ -70,6 +30,7 @@ def _check_number(name: str, value: Any, low: float, low_open: bool, high: float
 
 
 def _check_group(group: dict[str, Any]) -> None:
+    """Raise ValueError naming the first hyper-parameter of ``group`` that is out of range."""
     lr = group["lr"]
     lr_value = lr.item() if isinstance(lr, Tensor) and lr.numel() == 1 and lr.is_floating_point() else lr
     _check_number("lr", lr_value, 0.0, True, None, "a positive number (a float or a 1-element float tensor)")
@@ -96,7 +57,7 @@ def _check_group(group: dict[str, Any]) -> None:
 class CAME(torch.optim.Optimizer):
     r"""CAME optimizer: Adafactor-style factored second moments plus a factored confidence term.
 
-    For a parameter with gradient ``g`` (METHOD.md §4, no bias correction anywhere):
+    For a parameter with gradient ``g`` (docs/METHOD.md §4, no bias correction anywhere):
 
     1. ``r = β₂ r + (1-β₂) rowmean(g² + ε₁)``, ``c = β₂ c + (1-β₂) colmean(g² + ε₁)``,
        ``v = r cᵀ / mean(r)``; factored over the last two dims, leading dims are a batch.
@@ -189,7 +150,7 @@ class CAME(torch.optim.Optimizer):
         state = self.state[param]
         step = state.get("step")
         state.clear()
-        dtype, device = _compute_dtype(param), param.device
+        dtype, device = compute_dtype(param), param.device
         if not isinstance(step, Tensor):
             step = torch.zeros((), dtype=torch.float32, device=device if group["capturable"] else "cpu")
         state["step"] = step
@@ -228,7 +189,7 @@ class CAME(torch.optim.Optimizer):
                     step = value if isinstance(value, Tensor) else torch.tensor(float(value))
                     state[key] = step.to(device=device, dtype=torch.float32, copy=True)
                 elif isinstance(value, Tensor):
-                    state[key] = value.to(device=p.device, dtype=_compute_dtype(p), copy=True)
+                    state[key] = value.to(device=p.device, dtype=compute_dtype(p), copy=True)
 
     @torch.no_grad()
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
@@ -255,165 +216,8 @@ class CAME(torch.optim.Optimizer):
             if not params:
                 continue
             if group["foreach"] is not False:
-                self._step_foreach(group, params)
+                step_foreach(self.state, group, params)
             else:
                 for p in params:
-                    self._step_single(group, p)
+                    step_single(group, p, self.state[p])
         return loss
-
-    # ---- the readable reference: one parameter at a time -------------------------------------
-
-    def _step_single(self, group: dict[str, Any], p: Tensor) -> None:
-        beta1, beta2, beta3 = group["betas"]
-        eps1, eps2 = group["eps"]
-        state = self.state[p]
-        exp_avg = state["exp_avg"]
-        g = p.grad.to(exp_avg.dtype).contiguous()
-        state["step"].add_(1)
-        layout = state_layout(state, p.dim())
-
-        if layout is None:
-            exp_avg_sq = state["exp_avg_sq"]
-            sq = torch.mul(g, g).add_(eps1)
-            exp_avg_sq.mul_(beta2).add_(sq, alpha=1 - beta2)
-            u = torch.rsqrt(exp_avg_sq, out=sq).mul_(g)
-        else:
-            B, R, C = _matrix_dims(p.shape, layout)
-            g = g.view(B, R, C)
-            exp_avg = exp_avg.view(B, R, C)
-            sq = torch.mul(g, g).add_(eps1)
-            row, col = state["exp_avg_sq_row"].view(B, R), state["exp_avg_sq_col"].view(B, C)
-            row.mul_(beta2).add_(sq.mean(dim=-1), alpha=1 - beta2)
-            col.mul_(beta2).add_(sq.mean(dim=-2), alpha=1 - beta2)
-            u = _rank1_rsqrt(row, col, out=sq).mul_(g)
-
-        divisor = torch.linalg.vector_norm(u).div_(math.sqrt(u.numel())).div_(group["clip_threshold"])
-        u.div_(divisor.clamp_(min=1.0))
-        exp_avg.mul_(beta1).add_(u, alpha=1 - beta1)
-
-        if layout is None and "exp_avg_res" not in state:  # 1-D: no confidence term
-            update = exp_avg.mul(group["lr"])
-        else:
-            res = u.sub_(exp_avg).square_().add_(eps2)  # u is spent: reuse its memory
-            if layout is None:
-                exp_avg_res = state["exp_avg_res"]
-                exp_avg_res.mul_(beta3).add_(res, alpha=1 - beta3)
-                update = torch.rsqrt(exp_avg_res, out=res).mul_(exp_avg)
-            else:
-                row, col = state["exp_avg_res_row"].view(B, R), state["exp_avg_res_col"].view(B, C)
-                row.mul_(beta3).add_(res.mean(dim=-1), alpha=1 - beta3)
-                col.mul_(beta3).add_(res.mean(dim=-2), alpha=1 - beta3)
-                update = _rank1_rsqrt(row, col, out=res).mul_(exp_avg)
-            update.mul_(group["lr"])
-
-        target = p if p.dtype == exp_avg.dtype else p.to(exp_avg.dtype)
-        if group["weight_decay"] != 0:
-            target.mul_(1 - group["lr"] * group["weight_decay"])
-        target.sub_(update.view(p.shape))
-        if target is not p:
-            p.copy_(target)
-
-    # ---- the multi-tensor path --------------------------------------------------------------
-
-    def _step_foreach(self, group: dict[str, Any], params: list[Tensor]) -> None:
-        buckets: dict[tuple, list[Tensor]] = defaultdict(list)
-        for p in params:
-            state = self.state[p]
-            layout = state_layout(state, p.dim())
-            if layout is None:
-                key = ("full" if "exp_avg_res" in state else "vector", p.device, p.dtype)
-            else:
-                key = ("factored", p.device, p.dtype, p.shape, layout)
-            buckets[key].append(p)
-        for key, bucket in buckets.items():
-            torch._foreach_add_([self.state[p]["step"] for p in bucket], 1.0)
-            if key[0] != "factored":
-                self._foreach_unfactored(group, bucket)
-                continue
-            numel = bucket[0].numel()
-            chunk = _STACK_NUMEL // numel if numel < _STACK_BELOW else 1
-            for start in range(0, len(bucket), chunk):
-                self._foreach_factored(group, bucket[start : start + chunk], key[4])
-
-    def _foreach_unfactored(self, group: dict[str, Any], params: list[Tensor]) -> None:
-        beta1, beta2, beta3 = group["betas"]
-        eps1, eps2 = group["eps"]
-        states = [self.state[p] for p in params]
-        exp_avgs = [s["exp_avg"] for s in states]
-        grads = [p.grad.to(m.dtype).contiguous() for p, m in zip(params, exp_avgs)]
-        exp_avg_sqs = [s["exp_avg_sq"] for s in states]
-
-        sq = torch._foreach_mul(grads, grads)
-        torch._foreach_add_(sq, eps1)
-        torch._foreach_mul_(exp_avg_sqs, beta2)
-        torch._foreach_add_(exp_avg_sqs, sq, alpha=1 - beta2)
-        us = sq  # spent: reuse its memory
-        torch._foreach_copy_(us, exp_avg_sqs)
-        torch._foreach_rsqrt_(us)
-        torch._foreach_mul_(us, grads)
-        self._foreach_clip_(us, group["clip_threshold"])
-        torch._foreach_mul_(exp_avgs, beta1)
-        torch._foreach_add_(exp_avgs, us, alpha=1 - beta1)
-
-        if "exp_avg_res" not in states[0]:  # 1-D: no confidence term
-            updates = torch._foreach_mul(exp_avgs, group["lr"])
-        else:
-            res = us
-            torch._foreach_sub_(res, exp_avgs)
-            torch._foreach_pow_(res, 2.0)
-            torch._foreach_add_(res, eps2)
-            exp_avg_res = [s["exp_avg_res"] for s in states]
-            torch._foreach_mul_(exp_avg_res, beta3)
-            torch._foreach_add_(exp_avg_res, res, alpha=1 - beta3)
-            updates = res
-            torch._foreach_copy_(updates, exp_avg_res)
-            torch._foreach_rsqrt_(updates)
-            torch._foreach_mul_(updates, exp_avgs)
-            torch._foreach_mul_(updates, group["lr"])
-        self._foreach_apply_(group, params, updates)
-
-    def _foreach_factored(self, group: dict[str, Any], params: list[Tensor], layout: Layout) -> None:
-        beta1, beta2, beta3 = group["betas"]
-        eps1, eps2 = group["eps"]
-        k, shape = len(params), params[0].shape
-        B, R, C = _matrix_dims(shape, layout)
-        states = [self.state[p] for p in params]
-        exp_avgs = [s["exp_avg"] for s in states]
-        dtype = exp_avgs[0].dtype
-        grads = _stack([p.grad.to(dtype) for p in params]).contiguous().view(k * B, R, C)
-
-        def update_factors(name: str, beta: float, values: Tensor) -> tuple[Tensor, Tensor]:
-            rows, cols = [s[f"exp_avg_{name}_row"] for s in states], [s[f"exp_avg_{name}_col"] for s in states]
-            torch._foreach_mul_(rows, beta)
-            torch._foreach_add_(rows, values.mean(dim=-1).view(k, *rows[0].shape).unbind(0), alpha=1 - beta)
-            torch._foreach_mul_(cols, beta)
-            torch._foreach_add_(cols, values.mean(dim=-2).view(k, *cols[0].shape).unbind(0), alpha=1 - beta)
-            return _stack(rows).view(k * B, R), _stack(cols).view(k * B, C)
-
-        buffer = torch.mul(grads, grads).add_(eps1)
-        row, col = update_factors("sq", beta2, buffer)
-        us = _rank1_rsqrt(row, col, out=buffer).mul_(grads)
-        self._foreach_clip_(list(us.view(k, -1).unbind(0)), group["clip_threshold"])
-        torch._foreach_mul_(exp_avgs, beta1)
-        torch._foreach_add_(exp_avgs, us.view(k, *shape).unbind(0), alpha=1 - beta1)
-        exp_avg = _stack(exp_avgs).view(k * B, R, C)
-        row, col = update_factors("res", beta3, us.sub_(exp_avg).square_().add_(eps2))
-        updates = _rank1_rsqrt(row, col, out=us).mul_(exp_avg).mul_(group["lr"])
-        self._foreach_apply_(group, params, list(updates.view(k, *shape).unbind(0)))
-
-    @staticmethod
-    def _foreach_clip_(us: list[Tensor], clip_threshold: float) -> None:
-        divisors = torch._foreach_norm(us)
-        torch._foreach_div_(divisors, [math.sqrt(u.numel()) for u in us])
-        torch._foreach_div_(divisors, clip_threshold)
-        torch._foreach_clamp_min_(divisors, 1.0)
-        torch._foreach_div_(us, divisors)
-
-    def _foreach_apply_(self, group: dict[str, Any], params: list[Tensor], updates: list[Tensor]) -> None:
-        dtype = updates[0].dtype
-        targets = params if params[0].dtype == dtype else [p.to(dtype) for p in params]
-        if group["weight_decay"] != 0:
-            torch._foreach_mul_(targets, 1 - group["lr"] * group["weight_decay"])
-        torch._foreach_sub_(targets, updates)
-        if targets is not params:
-            torch._foreach_copy_(params, targets)

@@ -1,4 +1,4 @@
-"""Slice a parameter's optimizer state after the parameter itself was sliced (rank pruning, METHOD.md §2).
+"""Slice a parameter's optimizer state after the parameter itself was sliced (rank pruning, docs/METHOD.md §2).
 
 Elementwise state (AdamW's ``exp_avg``/``exp_avg_sq``/``max_exp_avg_sq``, SGD's
 ``momentum_buffer``, CAME's ``exp_avg`` and its full statistics) is sliced like the parameter.
@@ -24,7 +24,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from comera_lightning.optim.came import CAME, factor_layout, state_layout
+from comera_lightning.optim.came import CAME
+from comera_lightning.optim.came_layout import factor_layout, state_layout
 
 __all__ = ["slice_optimizer_state_"]
 
