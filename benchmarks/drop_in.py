@@ -1,11 +1,29 @@
-"""User-side code for the drop-in tests: a Hugging Face model built in configure_model, token data, a prune tracker.
+"""Drop-in: ComeraCallback on Hugging Face models it was not written for, with one plain optimizer.
 
-Nothing here knows about TT internals: the modules have one plain optimizer over self.parameters().
+Random-init BERT / Llama / GPT-2 sequence classifiers (hidden 128, 2 layers, vocabulary 2,048; no
+download) inside a plain LightningModule that builds the model in ``configure_model`` and whose
+``configure_optimizers`` returns one ``AdamW(self.parameters(), lr=1e-3)`` (or ``SGD(lr=0.05,
+momentum=0.9)``) with a cosine schedule. The callback gets only ``max_rank=16, early_epochs=3,
+target_ratio=0.2``: everything else is default. 13 epochs of 16 steps on a learnable token task
+(the class is the first token mod 4). Reported: the tensorized parameters at the stage switch and
+150 late-stage steps later, and the validation loss per epoch. Nothing here knows TT internals.
+
+    python benchmarks/drop_in.py            # ~1 minute on 2 CPU cores; writes benchmarks/results/drop_in.json
+
+The tests (tests/test_drop_in.py) use these modules too.
 """
+
+import json
+import sys
+import time
+from pathlib import Path
 
 import lightning as L
 import torch
 from torch.utils.data import DataLoader, TensorDataset
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # probes.py, also when this file is loaded by path
+from probes import machine_basics  # noqa: E402
 
 from comera_lightning import ComeraCallback, tensorized_checkpoints
 from comera_lightning.rank import compression_stats
@@ -79,9 +97,9 @@ class PruneTracker(L.Callback):
         self._switch_step, self._previous = None, None
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        comera = next(c for c in trainer.callbacks if isinstance(c, ComeraCallback))
+        comera = next((c for c in trainer.callbacks if isinstance(c, ComeraCallback)), None)
         now = compression_stats(pl_module).tt_parameters
-        if comera.stage != "early" and self._switch_step is None:
+        if comera is not None and comera.stage != "early" and self._switch_step is None:
             self._switch_step, self.at_switch = trainer.global_step, self._previous  # before the switch's prune
         if self._switch_step is not None and trainer.global_step - self._switch_step == self.steps:
             self.after = now
@@ -97,12 +115,45 @@ class PruneTracker(L.Callback):
         return 1 - self.after / self.at_switch
 
 
-def fit_with_defaults(model, loaders, max_epochs: int = 13, **trainer_kwargs):
-    """The issue's drop-in run: only max_rank, early_epochs and target_ratio set on the callback."""
-    comera, tracker = ComeraCallback(max_rank=16, early_epochs=3, target_ratio=0.2), PruneTracker()
+def fit_with_defaults(model, loaders, max_epochs: int = 13, comera: bool = True, **trainer_kwargs):
+    """The drop-in run: only max_rank, early_epochs and target_ratio set on the callback (``comera=False``: dense)."""
+    callback, tracker = ComeraCallback(max_rank=16, early_epochs=3, target_ratio=0.2), PruneTracker()
     trainer = L.Trainer(
-        max_epochs=max_epochs, callbacks=[comera, tracker], logger=False, enable_progress_bar=False,
-        enable_model_summary=False, accelerator="cpu", **trainer_kwargs,
+        max_epochs=max_epochs, callbacks=[callback, tracker] if comera else [tracker], logger=False,
+        enable_progress_bar=False, enable_model_summary=False, accelerator="cpu", **trainer_kwargs,
     )
     trainer.fit(model, *loaders)
-    return trainer, comera, tracker
+    return trainer, callback, tracker
+
+
+CASES = [("bert", "adamw"), ("llama", "adamw"), ("gpt2", "adamw"), ("bert", "sgd"), ("llama", "sgd"), ("gpt2", "sgd")]
+
+
+def main() -> None:
+    """Run every case, print a table, write ``benchmarks/results/drop_in.json``."""
+    rows = []
+    for kind, optimizer in CASES:
+        row = {"model": kind, "optimizer": optimizer}
+        for comera in (True, False):
+            L.seed_everything(0)
+            start = time.perf_counter()
+            _, _, tracker = fit_with_defaults(HFClassifier(kind, optimizer), token_loaders(), comera=comera, enable_checkpointing=False)
+            losses = tracker.val_losses
+            prefix = "comera" if comera else "dense"
+            row.update({f"{prefix}_val_loss_best": round(min(losses), 4), f"{prefix}_val_loss_last": round(losses[-1], 4),
+                        f"{prefix}_seconds": round(time.perf_counter() - start, 1)})
+            if comera:
+                row.update(tt_params_at_switch=tracker.at_switch, tt_params_after_150=tracker.after, reduction=round(tracker.reduction, 3))
+        rows.append(row)
+        print(f"{kind:6s} {optimizer:6s} tensorized params {row['tt_params_at_switch']:>7,} -> {row['tt_params_after_150']:>7,} "
+              f"after 150 late steps ({row['reduction']:.0%} fewer); val loss best/last CoMERA "
+              f"{row['comera_val_loss_best']:.3f}/{row['comera_val_loss_last']:.3f}, dense "
+              f"{row['dense_val_loss_best']:.3f}/{row['dense_val_loss_last']:.3f}", flush=True)
+    out = Path(__file__).resolve().parent / "results" / "drop_in.json"
+    out.write_text(json.dumps({"command": "python benchmarks/drop_in.py", "machine": machine_basics(),
+                               "torch": torch.__version__, "rows": rows}, indent=2))
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -98,7 +98,9 @@ def main() -> None:
                                   vocab_size=4096, tokenizer_file=tokenizer, limit_train_samples=args.train_samples)
     model = BertClassifier(data.vocab_size, data.num_classes, data.pad_token_id, pretrained=args.pretrained)
     tensorize = TensorizeConfig(max_rank=args.max_rank, embedding_max_rank=32, init="svd" if args.pretrained else "random")
-    comera = ComeraCallback(tensorize=tensorize, early_epochs=max(1, args.epochs // 2), target_ratio=0.3)
+    # Half the epochs early, then one late (compression) epoch, then the task loss alone at the pruned ranks.
+    early = max(1, args.epochs // 2)
+    comera = ComeraCallback(tensorize=tensorize, early_epochs=early, late_epochs=max(1, args.epochs - early - 1), target_ratio=0.3)
     logger = CSVLogger("outputs/huggingface", name="bert_clothing_reviews" + ("_dense" if args.dense else ""))
     callbacks = [] if args.dense else [comera]
     trainer = L.Trainer(max_epochs=args.epochs, callbacks=callbacks, logger=logger, log_every_n_steps=20, accelerator="cpu")

@@ -7,11 +7,11 @@ from pathlib import Path
 import lightning as L
 import pytest
 import torch
-from drop_in import HFClassifier, fit_with_defaults, token_loaders
 from lightning.pytorch.callbacks import ModelCheckpoint
 from plain_modules import PlainClassifier, loaders
 from torch import nn
 
+from benchmarks.drop_in import HFClassifier, fit_with_defaults, token_loaders
 from comera_lightning import ComeraCallback, tensorize, to_dense
 from comera_lightning.rank import tt_layers
 
@@ -100,12 +100,12 @@ def test_hugging_face_checkpoint_reloads_in_a_new_process_with_identical_logits(
     torch.save({"ids": ids, "logits": model(ids).detach()}, tmp_path / "expected.pt")
     code = (
         "import sys, torch; sys.path.insert(0, sys.argv[1])\n"
-        "from drop_in import HFClassifier\n"
+        "from benchmarks.drop_in import HFClassifier\n"
         "model = HFClassifier.load_from_checkpoint(sys.argv[2]).eval()\n"
         "expected = torch.load(sys.argv[3])\n"
         "torch.testing.assert_close(model(expected['ids']), expected['logits'], rtol=0, atol=0)\n"
     )
-    result = subprocess.run([sys.executable, "-c", code, str(TESTS), str(tmp_path / "last.ckpt"), str(tmp_path / "expected.pt")],
+    result = subprocess.run([sys.executable, "-c", code, str(TESTS.parent), str(tmp_path / "last.ckpt"), str(tmp_path / "expected.pt")],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
 
