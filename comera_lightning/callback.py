@@ -10,7 +10,6 @@ L₀; ``rank.prune_`` slices dead ranks out of the cores and the optimizer state
 
 from __future__ import annotations
 
-import inspect
 import logging
 import warnings
 from collections.abc import Mapping
@@ -308,9 +307,9 @@ def _wrap_method(pl_module: pl.LightningModule, name: str, after: Any) -> None:
     def wrapped(*args: Any, **kwargs: Any) -> Any:
         return after(original(*args, **kwargs))
 
-    # The original's name and signature (Lightning inspects them), but no __wrapped__: torch.compile
-    # fails on inspect.signature following it to a bound method.
-    wrapped.__name__, wrapped.__doc__, wrapped.__signature__ = name, original.__doc__, inspect.signature(original)
+    # No functools.wraps: torch.compile fails on inspect.signature following __wrapped__ to a bound
+    # method, and (*args, **kwargs) makes Lightning pass every argument (batch_idx under any name).
+    wrapped.__name__, wrapped.__doc__ = name, original.__doc__
     pl_module.__dict__[f"_comera_original_{name}"] = original
     setattr(pl_module, name, wrapped)
 

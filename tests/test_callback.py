@@ -267,3 +267,17 @@ def test_a_step_switch_takes_l0_from_the_validation_at_that_step(tmp_path):
     val_at_switch = [float(r["val/loss"]) for r in rows if r.get("val/loss") and int(r["step"]) == 7]
     assert cb.schedule.late_start_step == 8 and val_at_switch
     assert cb.loss_target_value == pytest.approx(val_at_switch[0])
+
+
+class UnderscoreArgs(PlainClassifier):
+    """A training_step whose batch index is named ``_`` (as in examples/quickstart.py)."""
+
+    def training_step(self, batch, _):
+        return super().training_step(batch, _)
+
+
+def test_training_step_with_any_argument_names_gets_its_batch_index(tmp_path):
+    L.seed_everything(0)
+    model, cb = UnderscoreArgs(), callback()
+    trainer(tmp_path, [cb], max_epochs=3).fit(model, *loaders())
+    assert cb.stage == "late" and cb.prune_events >= 1
