@@ -53,6 +53,20 @@ class PlainClassifier(L.LightningModule):
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
 
 
+class LateBuiltClassifier(PlainClassifier):
+    """The same model, its layers created in ``configure_model`` (as Lightning recommends for large models)."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.encoder = self.head = None
+
+    def configure_model(self):
+        if self.encoder is None:
+            width = self.hparams.width
+            self.encoder = nn.Sequential(nn.Linear(64, width), nn.ReLU(), nn.Linear(width, 64), nn.ReLU())
+            self.head = nn.Linear(64, 4)
+
+
 def loaders(n: int = 512, batch_size: int = 32, seed: int = 0):
     """A fixed, learnable 4-class problem (train and validation loaders, no shuffling)."""
     g = torch.Generator().manual_seed(seed)

@@ -10,7 +10,7 @@ import pytest
 import torch
 from lightning.pytorch.callbacks import EarlyStopping, LearningRateMonitor, ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger
-from plain_modules import PlainClassifier, loaders
+from plain_modules import LateBuiltClassifier, PlainClassifier, loaders
 
 from comera_lightning import ComeraCallback, TTLinear
 from comera_lightning.rank import tt_layers
@@ -99,9 +99,9 @@ def test_decorated_class_loads_in_a_new_process(tmp_path):
     assert out.returncode == 0 and "same" in out.stdout, out.stderr[-2000:]
 
 
-def _run(tmp_path, max_epochs, ckpt_path=None, save=False):
+def _run(tmp_path, max_epochs, ckpt_path=None, save=False, module=PlainClassifier):
     L.seed_everything(0)
-    model, cb = PlainClassifier(), callback(early_epochs=2, late_epochs=2)
+    model, cb = module(), callback(early_epochs=2, late_epochs=2)
     callbacks = [cb] + ([ModelCheckpoint(dirpath=tmp_path / "resume", save_top_k=-1, every_n_epochs=1)] if save else [])
     trainer(tmp_path, callbacks, max_epochs=max_epochs, deterministic=True).fit(model, *loaders(), ckpt_path=ckpt_path)
     return model, cb
@@ -129,6 +129,16 @@ def test_resume_mid_stage_matches_uninterrupted_run(tmp_path, resume_epoch):
     ckpt = tmp_path / "resume" / f"epoch={resume_epoch - 1}-step={resume_epoch * 16}.ckpt"
     assert ckpt.exists(), sorted(os.listdir(tmp_path / "resume"))
     resumed, cb_resumed = _run(tmp_path, max_epochs=5, ckpt_path=ckpt)
+    assert_same(cb_resumed.state_dict(), cb_straight.state_dict())
+    for (name, a), b in zip(straight.state_dict().items(), resumed.state_dict().values()):
+        assert torch.equal(a, b), name
+
+
+def test_resume_of_a_module_built_in_configure_model_matches_uninterrupted_run(tmp_path):
+    straight, cb_straight = _run(tmp_path, max_epochs=5, save=True, module=LateBuiltClassifier)
+    assert isinstance(straight.encoder[0], TTLinear)
+    ckpt = tmp_path / "resume" / "epoch=2-step=48.ckpt"  # in the late stage, after two prunes
+    resumed, cb_resumed = _run(tmp_path, max_epochs=5, ckpt_path=ckpt, module=LateBuiltClassifier)
     assert_same(cb_resumed.state_dict(), cb_straight.state_dict())
     for (name, a), b in zip(straight.state_dict().items(), resumed.state_dict().values()):
         assert torch.equal(a, b), name

@@ -1,5 +1,6 @@
 """LightningModules for the paper's workloads and the reusable encoder they share."""
 
+from comera_lightning._optional import lazy_exports
 from comera_lightning.models.encoder import (
     Embeddings,
     Encoder,
@@ -30,11 +31,5 @@ __all__ = [
 
 __all__ += ["DLRMClassifier"]
 
-
-def __getattr__(name: str):
-    # DLRMClassifier needs TorchRec (an optional extra): import it only when asked for.
-    if name == "DLRMClassifier":
-        from comera_lightning.models.dlrm import DLRMClassifier
-
-        return DLRMClassifier
-    raise AttributeError(f"module 'comera_lightning.models' has no attribute {name!r}")
+# DLRMClassifier needs TorchRec (an optional extra): imported on first use.
+__getattr__ = lazy_exports("comera_lightning.models", {"DLRMClassifier": "dlrm"})

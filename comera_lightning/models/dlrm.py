@@ -22,6 +22,7 @@ from torch import Tensor, nn
 from torchmetrics import Metric
 from torchmetrics.classification import BinaryAccuracy, BinaryAUROC
 
+from comera_lightning._optional import require
 from comera_lightning.data.click_logs import ClickBatch, embedding_bag_configs
 from comera_lightning.models.optim_setup import (
     ParamGroupSettings,
@@ -31,15 +32,10 @@ from comera_lightning.models.optim_setup import (
     paper_adamw,
 )
 
-try:
-    from torchrec.models.dlrm import DLRM
-    from torchrec.modules.embedding_modules import EmbeddingBagCollection
-    from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
-except ImportError as err:  # pragma: no cover - depends on the environment
-    raise ImportError(
-        "comera_lightning.models.dlrm needs TorchRec: pip install 'comera_lightning[recsys]' "
-        "(see the Makefile's `setup` target)."
-    ) from err
+_FEATURE = "comera_lightning.models.dlrm (DLRMClassifier)"
+DLRM = require("torchrec.models.dlrm", _FEATURE).DLRM
+EmbeddingBagCollection = require("torchrec.modules.embedding_modules", _FEATURE).EmbeddingBagCollection
+KeyedJaggedTensor = require("torchrec.sparse.jagged_tensor", _FEATURE).KeyedJaggedTensor
 
 __all__ = ["DLRMClassifier", "NormalizedEntropy", "binary_entropy"]
 
