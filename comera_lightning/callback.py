@@ -18,7 +18,7 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback
-from lightning.pytorch.utilities import rank_zero_info
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from lightning.pytorch.utilities.model_helpers import is_overridden
 from typing_extensions import override
 
@@ -90,6 +90,8 @@ class ComeraCallback(Callback):
         self.log_bond_ranks, self.check_finite_loss = log_bond_ranks, check_finite_loss
         self.allow_manual_optimization = allow_manual_optimization
         self._trainer: pl.Trainer | None = None
+        self._validated = False  # a (non-sanity) validation has run in this fit
+        self._rank0_reported: set[str] = set()
 
     # ------------------------------------------------------------------ read-outs
     @property
@@ -123,6 +125,7 @@ class ComeraCallback(Callback):
         else:
             self._tensorize(pl_module)
         if stage == "fit":
+            self._validated = False
             for message in self.schedule.resolve(trainer.max_epochs):
                 rank_zero_info(f"ComeraCallback: {message}")
             if pl_module.automatic_optimization:
@@ -185,12 +188,15 @@ class ComeraCallback(Callback):
     @override
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """Epoch-based stage switches and pruning (this epoch's validation has run), then the W&B rank table."""
+        if self._validated and self.schedule.stage == "early":
+            self.loss_target.check_logged(trainer.callback_metrics, f"after epoch {trainer.current_epoch} and its validation")
         self._carry_out(self.schedule.after_epoch(trainer.current_epoch + 1), trainer, pl_module)
         log_rank_table(trainer)
 
     @override
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """A validation at the step of a step-based switch ran after it: take L₀ from it, as an epoch-based switch would."""
+        self._validated = self._validated or not trainer.sanity_checking
         schedule = self.schedule
         at_switch = schedule.stage == "late" and schedule.late_start_step == trainer.global_step
         if self.loss_target.refreshable and at_switch and not trainer.sanity_checking:
@@ -226,6 +232,18 @@ class ComeraCallback(Callback):
             f"ComeraCallback: prune ({reason}) at step {trainer.global_step}: "
             f"{summary.parameters_before:,} → {summary.parameters_after:,} parameters."
         )
+        self._warn_rank0(summary.ranks)
+
+    def _warn_rank0(self, ranks: dict[str, tuple[int, ...]]) -> None:
+        """Say once per layer when a bond reached rank 0 (the layer then adds only its bias), and when all did."""
+        dead = {name for name, bonds in ranks.items() if 0 in bonds}
+        if dead - self._rank0_reported:
+            everything = " Every tensorized layer is pruned to zero: the model ignores their inputs." if dead == set(ranks) else ""
+            rank_zero_warn(
+                f"ComeraCallback: {sorted(dead - self._rank0_reported)} pruned to rank 0 on a bond: each now outputs its "
+                f"bias only.{everything} If that is too much, raise target_ratio or lower gate_lr / rank_weight."
+            )
+            self._rank0_reported |= dead
 
     # ------------------------------------------------------------------ checkpoints
     @override

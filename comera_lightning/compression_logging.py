@@ -30,6 +30,7 @@ def compression_metrics(module: nn.Module, stage: str, terms: Mapping[str, torch
         "comera/params_tt_active": size,
         "comera/compression_tt_active": stats.dense_tt_parameters / size.clamp_min(1),
     }
+    metrics["comera/layers_rank0"] = float(sum(0 in layer.physical_ranks for _, layer in layers))
     for key in ("size_surrogate", "lam", "task_loss"):
         if key in terms:
             metrics[f"comera/{key}"] = terms[key]

@@ -291,3 +291,23 @@ def test_training_step_with_any_argument_names_gets_its_batch_index(tmp_path):
     model, cb = UnderscoreArgs(), callback()
     trainer(tmp_path, [cb], max_epochs=3).fit(model, *loaders())
     assert cb.stage == "late" and cb.prune_events >= 1
+
+
+def test_a_misspelt_loss_target_metric_fails_after_the_first_validated_epoch(tmp_path):
+    L.seed_everything(0)
+    model, cb = PlainClassifier(), callback(early_epochs=3, loss_target_metric="val/los")
+    t = trainer(tmp_path, [cb], max_epochs=4)
+    with pytest.raises(ValueError, match=r"loss_target_metric='val/los' is not logged \(after epoch 0.*'val/loss'"):
+        t.fit(model, *loaders())
+    assert t.current_epoch == 0, "found at the first epoch, not at the stage switch"
+
+
+def test_a_layer_pruned_to_rank_zero_is_reported_and_logged(tmp_path):
+    L.seed_everything(0)
+    model, cb = PlainClassifier(), callback(early_epochs=1, gate_lr=3e-2)
+    logger = CSVLogger(tmp_path, name="run")
+    with pytest.warns(UserWarning, match=r"pruned to rank 0 on a bond: each now outputs its bias only"):
+        trainer(tmp_path, [cb], logger=logger, max_epochs=4).fit(model, *loaders())
+    assert any(0 in layer.physical_ranks for _, layer in tt_layers(model))
+    rows = list(csv.DictReader(open(Path(logger.log_dir) / "metrics.csv")))
+    assert max(float(r["comera/layers_rank0"]) for r in rows if r.get("comera/layers_rank0")) >= 1

@@ -107,3 +107,16 @@ def test_backward_after_prune_while_an_old_graph_is_still_alive():
     layer(x).sum().backward()
     assert layer.gates[0].grad.shape == (2,)
     del old_graph
+
+
+def test_a_nan_gate_is_never_counted_as_dead():
+    from comera_lightning.rank import prune_
+
+    layer = TTLinear(16, 16, max_rank=4)
+    with torch.no_grad():
+        layer.gates[0][0] = float("nan")
+        layer.gates[0][1] = 0.0
+    assert layer.gate_masks()[0].tolist()[:2] == [True, False]
+    prune_(layer)
+    assert torch.isnan(layer.gates[0]).any(), "the NaN gate was kept, so the fault shows in the outputs"
+    assert torch.isnan(layer(torch.randn(2, 16))).any()

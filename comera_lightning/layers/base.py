@@ -101,8 +101,12 @@ class TTModule(TensorizedModule):
         return [getattr(self, f"alive_{k}") for k in range(len(self.gates))]
 
     def gate_masks(self) -> list[torch.Tensor]:
-        """Boolean mask of the live indices of every bond (on device, no host sync)."""
-        return [alive & (gate > self.gate_threshold) for alive, gate in zip(self._alive_masks(), self.gates)]
+        """Boolean mask of the live indices of every bond (on device, no host sync).
+
+        A NaN gate stays live (``not gate <= threshold``): a numerical fault must show in the
+        outputs, not be pruned away as if the rank had died.
+        """
+        return [alive & ~(gate <= self.gate_threshold) for alive, gate in zip(self._alive_masks(), self.gates)]
 
     def gated_cores(self) -> list[torch.Tensor]:
         """Cores with each bond's masked gate folded into the core on its left."""

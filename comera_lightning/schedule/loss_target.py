@@ -59,6 +59,14 @@ class LossTarget:
             return None
         return float(self._sum / self._count)
 
+    def check_logged(self, metrics: Mapping[str, Any], when: str) -> None:
+        """Fail early (not at the stage switch) when ``metric`` names something that is not logged."""
+        if self.value is None and self.metric not in (None, TRAIN_LOSS_TARGET) and self.metric not in metrics:
+            raise ValueError(
+                f"loss_target_metric={self.metric!r} is not logged ({when}); logged metrics: {sorted(metrics)}. "
+                "Use one of these names, or 'train' for the mean training loss."
+            )
+
     def resolve(self, metrics: Mapping[str, Any]) -> float:
         """L₀ now, given the metrics logged so far (``trainer.callback_metrics``)."""
         if self.value is not None:
