@@ -18,15 +18,16 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback
-from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
+from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.model_helpers import is_overridden
 from typing_extensions import override
 
 from .checkpoint import install_checkpoint_loading
-from .compression_logging import compression_metrics, log_rank_table
+from .compression_logging import compression_metrics, log_rank_table, warn_rank0
 from .gate_optimizer import DEFAULT_GATE_LR, GateOptimizer
 from .rank import prune_, tt_layers
 from .schedule import ComeraObjective, LossTarget, StageSchedule
+from .schedule.legacy import from_flat_state
 from .tensorize import tensorize
 from .tensorize_config import TensorizeConfig
 
@@ -40,17 +41,14 @@ _WRAPPED = ("training_step", "configure_model")  # module methods the callback w
 class ComeraCallback(Callback):
     """Train the model's chosen layers in TT form with ranks that shrink (CoMERA), for any LightningModule.
 
-    Which layers and how: ``tensorize`` (a :class:`TensorizeConfig`; the CLI's ``comera.tensorize``
-    section), of which ``max_rank``, ``target_modules``, ``exclude_modules`` and
-    ``gate_threshold`` may also be given directly. Schedule: ``early_epochs`` or ``early_steps``
-    (default: two thirds of ``max_epochs``), then a late stage of ``late_epochs``/``late_steps``
-    (default: until training ends), pruned at the switch and every ``prune_every_n_epochs``
-    (default 1) or ``prune_every_n_steps``. L₀: ``loss_target``, or the metric
-    ``loss_target_metric`` (``"train"``: the early stage's last-epoch mean training loss), or the
-    validation loss (see :class:`LossTarget`). The rank gates are optimised by the callback, at
-    ``gate_lr`` with Adam and no weight decay, whatever the module's ``configure_optimizers``
-    returns (:class:`GateOptimizer`). Manual optimization: pass
-    ``allow_manual_optimization=True`` and call ``loss = callback.objective(loss)`` yourself.
+    Which layers and how: ``tensorize`` (a :class:`TensorizeConfig`, the CLI's ``comera.tensorize``);
+    ``max_rank``, ``target_modules``, ``exclude_modules``, ``gate_threshold`` may be given directly.
+    Schedule (:class:`StageSchedule`): ``early_epochs``/``early_steps`` (default: 2/3 of
+    ``max_epochs``), ``late_epochs``/``late_steps`` (default: to the end), pruned at the switch and
+    every ``prune_every_n_epochs`` (default 1) or ``prune_every_n_steps``. L₀: ``loss_target`` or
+    ``loss_target_metric`` (:class:`LossTarget`). The rank gates get the callback's own Adam at
+    ``gate_lr`` (:class:`GateOptimizer`), whatever ``configure_optimizers`` returns. Manual
+    optimization: ``allow_manual_optimization=True`` and ``loss = callback.objective(loss)``.
     """
 
     def __init__(
@@ -232,18 +230,7 @@ class ComeraCallback(Callback):
             f"ComeraCallback: prune ({reason}) at step {trainer.global_step}: "
             f"{summary.parameters_before:,} → {summary.parameters_after:,} parameters."
         )
-        self._warn_rank0(summary.ranks)
-
-    def _warn_rank0(self, ranks: dict[str, tuple[int, ...]]) -> None:
-        """Say once per layer when a bond reached rank 0 (the layer then adds only its bias), and when all did."""
-        dead = {name for name, bonds in ranks.items() if 0 in bonds}
-        if dead - self._rank0_reported:
-            everything = " Every tensorized layer is pruned to zero: the model ignores their inputs." if dead == set(ranks) else ""
-            rank_zero_warn(
-                f"ComeraCallback: {sorted(dead - self._rank0_reported)} pruned to rank 0 on a bond: each now outputs its "
-                f"bias only.{everything} If that is too much, raise target_ratio or lower gate_lr / rank_weight."
-            )
-            self._rank0_reported |= dead
+        self._rank0_reported = warn_rank0(summary.ranks, self._rank0_reported)
 
     # ------------------------------------------------------------------ checkpoints
     @override
@@ -259,7 +246,7 @@ class ComeraCallback(Callback):
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore what ``state_dict`` saved (also the flat layout of checkpoints written before 0.2)."""
-        state = state_dict if "schedule" in state_dict else _from_flat_state(state_dict)
+        state = state_dict if "schedule" in state_dict else from_flat_state(state_dict)
         unknown = set(state) - {"schedule", "objective", "gates"}
         if unknown:
             raise KeyError(f"ComeraCallback state has unknown keys {sorted(unknown)}; expected 'schedule', 'objective', 'gates'.")
@@ -344,23 +331,3 @@ def _rewrap_ddp(trainer: pl.Trainer) -> None:
     strategy = trainer.strategy
     if isinstance(strategy.model, DistributedDataParallel) and hasattr(strategy, "_setup_model"):
         strategy.model = strategy._setup_model(strategy.model.module)
-
-
-_FLAT_KEYS = {  # checkpoints written before 0.2 kept the callback's state flat
-    "stage": ("schedule", "stage"), "early_epochs": ("schedule", "early_epochs_resolved"),
-    "late_start_epoch": ("schedule", "late_start_epoch"), "late_start_step": ("schedule", "late_start_step"),
-    "last_prune_step": ("schedule", "last_prune_step"), "prune_events": ("schedule", "prune_events"),
-    "size_at_switch": ("objective", "size_at_switch"), "size_target": ("objective", "size_target"),
-    "loss_target_value": ("objective", "loss_target"), "gate_normalizer": ("objective", "normalizer"),
-}
-
-
-def _from_flat_state(flat: dict[str, Any]) -> dict[str, Any]:
-    unknown = set(flat) - set(_FLAT_KEYS)
-    if unknown:
-        raise KeyError(f"ComeraCallback state has unknown keys {sorted(unknown)}.")
-    state: dict[str, dict[str, Any]] = {"schedule": {}, "objective": {}}
-    for key, value in flat.items():
-        part, name = _FLAT_KEYS[key]
-        state[part][name] = value
-    return state
