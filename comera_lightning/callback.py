@@ -198,12 +198,12 @@ class ComeraCallback(Callback):
         schedule = self.schedule
         at_switch = schedule.stage == "late" and schedule.late_start_step == trainer.global_step
         if self.loss_target.refreshable and at_switch and not trainer.sanity_checking:
-            self.stage_objective.loss_target = self.loss_target.resolve(trainer.callback_metrics)
+            self.stage_objective.loss_target = _mean_over_ranks(trainer, self.loss_target.resolve(trainer.callback_metrics))
             rank_zero_info(f"ComeraCallback: L₀={self.stage_objective.loss_target:.4f} from the validation at the stage switch.")
 
     def _carry_out(self, event: str | None, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if event == "switch":
-            self.stage_objective.enter_late(self.loss_target.resolve(trainer.callback_metrics))
+            self.stage_objective.enter_late(_mean_over_ranks(trainer, self.loss_target.resolve(trainer.callback_metrics)))
             self.schedule.enter_late(trainer.current_epoch + 1, trainer.global_step)
             objective = self.stage_objective
             rank_zero_info(
@@ -317,6 +317,14 @@ def _wrap_method(pl_module: pl.LightningModule, name: str, after: Any) -> None:
     wrapped.__name__, wrapped.__doc__ = name, original.__doc__
     pl_module.__dict__[f"_comera_original_{name}"] = original
     setattr(pl_module, name, wrapped)
+
+
+def _mean_over_ranks(trainer: pl.Trainer, value: float) -> float:
+    """``value`` averaged over the processes (an unsynchronised validation loss differs by rank): one L₀ everywhere."""
+    if trainer.world_size == 1:
+        return value
+    device = trainer.strategy.root_device
+    return float(trainer.strategy.reduce(torch.tensor(value, dtype=torch.float64, device=device), reduce_op="mean"))
 
 
 def _capturing() -> bool:

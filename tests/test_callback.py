@@ -221,15 +221,19 @@ def test_unsupported_strategy_and_manual_optimization_are_refused():
         callback().setup(SimpleNamespace(strategy=object(), max_epochs=2), manual, "fit")
 
 
-def test_two_process_ddp_prunes_identically_on_every_rank(tmp_path):
+@pytest.mark.parametrize("mode", ["default", "dead-bonds"])  # dead-bonds: training goes on after a bond reached rank 0
+def test_two_process_ddp_prunes_identically_on_every_rank(tmp_path, mode):
     env = {**os.environ, "PYTHONPATH": str(TESTS), "WANDB_MODE": "disabled"}
     out = subprocess.run(
-        [sys.executable, str(TESTS / "ddp_prune_script.py"), str(tmp_path)],
+        [sys.executable, str(TESTS / "ddp_prune_script.py"), str(tmp_path), mode],
         capture_output=True, text=True, env=env, timeout=300,
     )
     assert out.returncode == 0, out.stderr[-3000:]
     ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in (0, 1)]
     assert ranks[0]["ranks"] == ranks[1]["ranks"] and ranks[0]["prunes"] >= 2
+    assert ranks[0]["l0"] == ranks[1]["l0"], "one L0 on every rank"
+    if mode == "dead-bonds":
+        assert any(0 in bonds for bonds in ranks[0]["ranks"].values())
     assert sum(sum(v) for v in ranks[0]["ranks"].values()) < ranks[0]["full"]
     for key in ranks[0]["state"]:
         torch.testing.assert_close(ranks[0]["state"][key], ranks[1]["state"][key])

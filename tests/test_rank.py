@@ -120,3 +120,19 @@ def test_a_nan_gate_is_never_counted_as_dead():
     prune_(layer)
     assert torch.isnan(layer.gates[0]).any(), "the NaN gate was kept, so the fault shows in the outputs"
     assert torch.isnan(layer(torch.randn(2, 16))).any()
+
+
+def test_a_layer_with_a_dead_bond_keeps_every_parameter_and_its_input_in_the_graph():
+    from comera_lightning.rank import prune_
+
+    torch.manual_seed(0)
+    first, dead = nn.Linear(16, 16), TTLinear(16, 16, max_rank=4)
+    with torch.no_grad():
+        dead.gates[1].zero_()
+    prune_(dead)
+    x = torch.randn(3, 16)
+    y = dead(first(x).half().float())
+    torch.testing.assert_close(y, dead.bias.expand(3, 16))
+    y.sum().backward()
+    assert all(p.grad is not None for p in [*first.parameters(), *dead.parameters()]), "DDP needs every parameter used"
+    assert all(float(p.grad.abs().sum()) == 0 for p in [*first.parameters(), *dead.cores])

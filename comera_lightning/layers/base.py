@@ -120,6 +120,16 @@ class TTModule(TensorizedModule):
             cores[k] = cores[k] * (gate * mask).to(cores[k].dtype)
         return cores
 
+    def dead_output(self, shape: tuple[int, ...], inputs: torch.Tensor) -> torch.Tensor:
+        """Zeros of ``shape``: the output of a train with a bond at rank 0, still tied to its inputs and parameters.
+
+        The tie (a zero term) keeps every parameter of the model in the backward graph: without it the
+        cores, the gates and, in a model without residual paths, every layer before this one get no
+        gradient, and DDP stops with "parameters that were not used in producing the loss".
+        """
+        touch = sum(p.float().sum() for p in (*self.cores, *self.gates)) + inputs.float().sum()  # fp32: no fp16 overflow
+        return inputs.new_zeros(shape) + (0 * touch).to(inputs.dtype)
+
     @property
     def physical_ranks(self) -> tuple[int, ...]:
         """Bond ranks as stored (what compute and memory pay for)."""

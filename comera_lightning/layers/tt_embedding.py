@@ -176,7 +176,7 @@ class TTEmbedding(TTModule):
     def lookup(self, ids: torch.Tensor) -> torch.Tensor:
         """Rows for a 1-D tensor of ids, ``(len(ids), embedding_dim)``."""
         if 0 in self.physical_ranks:
-            return self.cores[0].new_zeros(ids.numel(), self.embedding_dim)
+            return self.dead_output((ids.numel(), self.embedding_dim), self.cores[0].new_zeros(()))  # ids carry no gradient
         split = self.best_split(ids.numel())
         left, right = self._half_tables(split)
         n_right = right.shape[0]

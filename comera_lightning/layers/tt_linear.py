@@ -163,7 +163,7 @@ class TTLinear(TTModule):
         x2 = x.reshape(-1, self.in_features)
         tokens = x2.shape[0]
         if 0 in self.physical_ranks:  # a bond pruned to rank 0: only the bias is left
-            y = x2.new_zeros(tokens, self.out_features)
+            y = self.dead_output((tokens, self.out_features), x2)
             return (y + self.bias if self.bias is not None else y).reshape(*lead, self.out_features)
         cores = self.gated_cores()
         split = self.best_split(tokens)
