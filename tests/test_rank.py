@@ -136,3 +136,15 @@ def test_a_layer_with_a_dead_bond_keeps_every_parameter_and_its_input_in_the_gra
     y.sum().backward()
     assert all(p.grad is not None for p in [*first.parameters(), *dead.parameters()]), "DDP needs every parameter used"
     assert all(float(p.grad.abs().sum()) == 0 for p in [*first.parameters(), *dead.cores])
+
+
+@pytest.mark.parametrize("make", [
+    lambda vocab: __import__("comera_lightning").TTEmbedding(vocab, 16, max_rank=4),
+    lambda width: TTLinear(width, 32, bias=False, max_rank=4),
+])
+def test_a_state_of_another_shape_fails_at_load_naming_the_layer(make):
+    source, target = nn.Sequential(make(600)), nn.Sequential(make(400))
+    before = {k: v.clone() for k, v in target.state_dict().items()}
+    with pytest.raises(RuntimeError, match=r"0: the checkpoint's core \d has mode axes .* build the model with the checkpoint's sizes"):
+        target.load_state_dict(source.state_dict())
+    assert all(torch.equal(before[k], v) for k, v in target.state_dict().items()), "nothing was changed"

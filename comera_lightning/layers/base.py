@@ -178,7 +178,17 @@ class TTModule(TensorizedModule):
         return records
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs):
-        """Resize cores, gates and masks to the ranks stored in the checkpoint, then load."""
+        """Resize cores, gates and masks to the ranks stored in the checkpoint, then load.
+
+        Only rank axes may differ: a stored core whose mode axes differ (another vocabulary, another
+        layer shape) is an error naming the layer, before anything is changed.
+        """
+        mismatch = self._mode_mismatch(state_dict, prefix)
+        if mismatch:
+            error_msgs.append(mismatch)
+            for key in [k for k in state_dict if k.startswith(prefix)]:
+                del state_dict[key]  # so the cores/gates lists below this module load nothing either
+            return
         for params, name in ((self.cores, "cores"), (self.gates, "gates")):
             for k, param in enumerate(list(params)):
                 stored = state_dict.get(f"{prefix}{name}.{k}")
@@ -189,3 +199,16 @@ class TTModule(TensorizedModule):
             if stored is not None and stored.shape != getattr(self, f"alive_{k}").shape:
                 setattr(self, f"alive_{k}", torch.ones_like(stored, dtype=torch.bool, device=self.gates[k].device))
         super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs)
+
+    def _mode_mismatch(self, state_dict: dict, prefix: str) -> str | None:
+        """Why the stored cores cannot load into this layer (their mode axes differ), or None."""
+        for k, core in enumerate(self.cores):
+            stored = state_dict.get(f"{prefix}cores.{k}")
+            if stored is not None and tuple(stored.shape[1:-1]) != tuple(core.shape[1:-1]):
+                return (
+                    f"{prefix.rstrip('.') or type(self).__name__}: the checkpoint's core {k} has mode axes "
+                    f"{tuple(stored.shape[1:-1])}, this {type(self).__name__} has {tuple(core.shape[1:-1])} "
+                    f"({self.extra_repr()}). The checkpoint was written for a layer of another shape (e.g. another "
+                    "vocabulary or width): build the model with the checkpoint's sizes and tensorize settings."
+                )
+        return None
