@@ -315,3 +315,20 @@ def test_a_layer_pruned_to_rank_zero_is_reported_and_logged(tmp_path):
     assert any(0 in layer.physical_ranks for _, layer in tt_layers(model))
     rows = list(csv.DictReader(open(Path(logger.log_dir) / "metrics.csv")))
     assert max(float(r["comera/layers_rank0"]) for r in rows if r.get("comera/layers_rank0")) >= 1
+
+
+def test_a_checkpoint_with_other_tensorized_layers_fails_with_one_clear_error(tmp_path):
+    L.seed_everything(0)
+    ckpt = ModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True)
+    trainer(tmp_path, [callback(), ckpt], max_epochs=1).fit(PlainClassifier(), *loaders())
+    other = callback(target_modules=["encoder.0"])
+    with pytest.raises(ValueError, match=r"only in the checkpoint \['encoder.2'\].*use the same settings"):
+        trainer(tmp_path, [other], max_epochs=2).fit(PlainClassifier(), *loaders(), ckpt_path=tmp_path / "ckpt" / "last.ckpt")
+
+
+def test_a_dense_checkpoint_into_a_tensorized_run_fails_with_one_clear_error(tmp_path):
+    L.seed_everything(0)
+    ckpt = ModelCheckpoint(dirpath=tmp_path / "dense", save_last=True)
+    trainer(tmp_path, [ckpt], max_epochs=1).fit(PlainClassifier(), *loaders())
+    with pytest.raises(ValueError, match=r"the checkpoint holds a dense model.*init='svd'"):
+        trainer(tmp_path, [callback()], max_epochs=2).fit(PlainClassifier(), *loaders(), ckpt_path=tmp_path / "dense" / "last.ckpt")

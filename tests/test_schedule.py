@@ -183,3 +183,12 @@ def test_callback_tensorize_options():
         ComeraCallback(embeding_max_rank=40)
     with pytest.raises(ValueError, match="gate_threshold"):
         ComeraCallback(gate_threshold=1.0)
+
+
+def test_an_early_stage_length_given_now_wins_over_the_checkpoint_with_a_warning():
+    saved = StageSchedule()
+    saved.resolve(max_epochs=4)  # early_epochs_resolved = 3
+    now = StageSchedule(early_epochs=2)
+    with pytest.warns(UserWarning, match=r"early_epochs=2 given now differs from the checkpoint's 3"):
+        now.load_state_dict(saved.state_dict())
+    assert now.early_epochs_resolved == 2 and now.early_epochs == 2

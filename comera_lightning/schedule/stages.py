@@ -9,6 +9,7 @@ with ``enter_late``, ``enter_final`` and ``record_prune``.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 from .._checks import check_count, check_exclusive
@@ -119,5 +120,14 @@ class StageSchedule:
             raise KeyError(f"StageSchedule state has unknown keys {sorted(unknown)}; expected {list(_PROGRESS)}.")
         if state.get("stage", "early") not in STAGES:
             raise ValueError(f"StageSchedule state has stage={state['stage']!r}; expected one of {STAGES}.")
+        resolved = state.get("early_epochs_resolved")
+        if self.early_epochs is not None and resolved is not None and resolved != self.early_epochs:
+            warnings.warn(
+                f"early_epochs={self.early_epochs} given now differs from the checkpoint's {resolved}: the argument "
+                "given now is used (arguments win over the checkpoint's schedule; its progress is kept).",
+                UserWarning,
+                stacklevel=2,
+            )
+            state = {**state, "early_epochs_resolved": self.early_epochs}
         for key, value in state.items():
             setattr(self, key, value)
