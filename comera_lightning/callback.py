@@ -10,7 +10,7 @@ L₀; ``rank.prune_`` slices dead ranks out of the cores and the optimizer state
 
 from __future__ import annotations
 
-import logging
+import inspect
 import warnings
 from collections.abc import Mapping
 from typing import Any
@@ -33,7 +33,6 @@ from .tensorize_config import TensorizeConfig
 
 __all__ = ["ComeraCallback"]
 
-log = logging.getLogger(__name__)
 UNSUPPORTED_STRATEGIES = ("FSDPStrategy", "DeepSpeedStrategy", "ModelParallelStrategy", "XLAStrategy", "SingleDeviceXLAStrategy")
 _WRAPPED = ("training_step", "configure_model")  # module methods the callback wraps during a run
 
@@ -312,9 +311,10 @@ def _wrap_method(pl_module: pl.LightningModule, name: str, after: Any) -> None:
     def wrapped(*args: Any, **kwargs: Any) -> Any:
         return after(original(*args, **kwargs))
 
-    # No functools.wraps: torch.compile fails on inspect.signature following __wrapped__ to a bound
-    # method, and (*args, **kwargs) makes Lightning pass every argument (batch_idx under any name).
+    # Lightning chooses the arguments it passes from the signature (with `self`, as of the function), so
+    # give it the original's; no functools.wraps: torch.compile fails following __wrapped__ to a bound method.
     wrapped.__name__, wrapped.__doc__ = name, original.__doc__
+    wrapped.__signature__ = inspect.signature(getattr(original, "__func__", original))
     pl_module.__dict__[f"_comera_original_{name}"] = original
     setattr(pl_module, name, wrapped)
 

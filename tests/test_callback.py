@@ -290,9 +290,23 @@ class UnderscoreArgs(PlainClassifier):
         return super().training_step(batch, _)
 
 
-def test_training_step_with_any_argument_names_gets_its_batch_index(tmp_path):
+class BatchOnly(PlainClassifier):
+    def training_step(self, batch):
+        return super().training_step(batch, 0)
+
+
+class IteratorStep(PlainClassifier):
+    def training_step(self, dataloader_iter):
+        (x, y), _, _ = next(dataloader_iter)
+        loss = torch.nn.functional.cross_entropy(self(x), y)
+        self.log("train_loss", loss, batch_size=len(y))
+        return loss
+
+
+@pytest.mark.parametrize("module", [UnderscoreArgs, BatchOnly, IteratorStep])
+def test_training_step_gets_the_arguments_its_signature_asks_for(tmp_path, module):
     L.seed_everything(0)
-    model, cb = UnderscoreArgs(), callback()
+    model, cb = module(), callback()
     trainer(tmp_path, [cb], max_epochs=3).fit(model, *loaders())
     assert cb.stage == "late" and cb.prune_events >= 1
 
