@@ -3,10 +3,12 @@
 Why: under the module's optimizer a gate moves at most about that optimizer's ``lr`` per step
 (Adam-like) or by its tiny gradient (SGD), under its schedule and weight decay, so with a
 typical ``AdamW(self.parameters(), lr=1e-3)`` and a cosine decay no gate ever reaches the pruning
-threshold (docs/DESIGN.md, "Rank gates"). ``attach`` takes the gates out of the module's
+threshold (docs/DESIGN.md, step 1 of the data flow). ``attach`` takes the gates out of the module's
 optimizers (their param groups stay, so LR schedulers keep working) and steps a plain Adam at
-``lr`` without weight decay right after the optimizer that held them steps: gradient accumulation,
-skipped steps and manual optimization follow it. Plain torch: no Lightning.
+``lr`` without weight decay right after the optimizer that held them steps, so gradient
+accumulation follows it. Limits: all gates follow the first optimizer that held any (with several
+optimizers, under manual optimization); the module's gradient clipping does not cover them (Adam
+normalises the step anyway); a step whose gate gradients are not finite is skipped. Plain torch.
 """
 
 from __future__ import annotations
@@ -48,10 +50,16 @@ class GateOptimizer:
             raise ValueError("ComeraCallback found no optimizer to follow: configure_optimizers must return one.")
         capturable = gates[0].is_cuda  # a CUDA-graph capture may include this step
         self.optimizer = torch.optim.Adam(gates, lr=self.lr, betas=self.betas, eps=self.eps, capturable=capturable)
-        if self._pending is not None:
-            self.optimizer.load_state_dict(self._pending)
-            self._pending = None
+        if self._pending is not None and _state_fits(self._pending, gates):  # else: another model's gates
+            self._load(self._pending)
+        self._pending = None
         self._hook = host.register_step_post_hook(lambda *_: self.step())
+
+    def _load(self, state: dict[str, Any]) -> None:
+        """Load Adam's moments; the settings (lr, betas, eps, capturable) stay the current ones, not the saved ones."""
+        self.optimizer.load_state_dict(state)
+        for group in self.optimizer.param_groups:
+            group.update(lr=self.lr, betas=self.betas, eps=self.eps, capturable=self.optimizer.defaults["capturable"])
 
     def detach(self) -> None:
         """Stop following the host optimizer; the gates' Adam state is kept for ``state_dict`` and the next ``attach``."""
@@ -62,11 +70,18 @@ class GateOptimizer:
             self._pending, self.optimizer = self.optimizer.state_dict(), None
 
     def step(self) -> None:
-        """One Adam step on the gates, then clear their gradients."""
+        """One Adam step on the gates, then clear their gradients.
+
+        Under a gradient scaler the gradients are unscaled first, and a step with an inf/NaN
+        gradient is skipped (a fused optimizer's step runs even on an overflow step).
+        """
         scale = self.grad_scale()
-        if scale is not None and scale != 1.0:
+        if scale is not None:
             grads = [g.grad for g in self.parameters() if g.grad is not None]
             torch._foreach_div_(grads, scale)
+            if not all(bool(torch.isfinite(g).all()) for g in grads):
+                self.zero_grad()
+                return
         self.optimizer.step()
         self.zero_grad()
 
@@ -90,7 +105,7 @@ class GateOptimizer:
     def load_state_dict(self, state: dict[str, Any] | None) -> None:
         """Restore ``state_dict()`` output, now or at the next ``attach``."""
         if state is not None and self.optimizer is not None:
-            self.optimizer.load_state_dict(state)
+            self._load(state)
         else:
             self._pending = state
 
@@ -106,3 +121,13 @@ def _remove_parameters(optimizer: torch.optim.Optimizer, params: Sequence[nn.Par
     for p in params:
         optimizer.state.pop(p, None)
     return removed
+
+
+def _state_fits(state: dict[str, Any], gates: Sequence[nn.Parameter]) -> bool:
+    """Whether a saved Adam state belongs to gates of these shapes."""
+    saved = state.get("state", {})
+    for index, gate in enumerate(gates):
+        moment = saved.get(index, {}).get("exp_avg")
+        if moment is not None and moment.shape != gate.shape:
+            return False
+    return len(state.get("param_groups", [{}])[0].get("params", [])) == len(gates)

@@ -111,3 +111,37 @@ def test_module_optimizer_never_sees_the_gates_and_the_checkpoint_has_their_stat
     saved = torch.load(next(tmp_path.rglob("*.ckpt")), weights_only=False)
     state = next(v for k, v in saved["callbacks"].items() if "ComeraCallback" in k)["gates"]["state"]
     assert len(state) == len(gate_ids) and all(s["exp_avg"].numel() for s in state.values())
+
+
+def test_the_current_gate_settings_win_over_a_loaded_state_and_another_models_state_is_dropped():
+    model, gates = tensorized()
+    first = GateOptimizer(lr=0.02)
+    first.attach(gates, [torch.optim.AdamW(model.parameters())])
+    model(torch.randn(4, 64)).sum().backward()
+    first.step()
+    resumed = GateOptimizer(lr=0.1)
+    resumed.load_state_dict(first.state_dict())
+    resumed.attach(gates, [torch.optim.AdamW(model.parameters())])
+    assert resumed.optimizer.param_groups[0]["lr"] == 0.1, "gate_lr given now is used"
+    assert resumed.optimizer.state[gates[0]]["step"] == 1, "the moments are restored"
+    other_model, other_gates = tensorized()
+    layer = tt_layers(other_model)[0][1]
+    with torch.no_grad():
+        layer.gates[0][:2] = 0.0
+    prune_(other_model)
+    stale = GateOptimizer()
+    stale.load_state_dict(first.state_dict())
+    stale.attach([g for _, m in tt_layers(other_model) for g in m.gates], [torch.optim.AdamW(other_model.parameters())])
+    assert not stale.optimizer.state, "a state saved for other gate shapes is not loaded"
+
+
+def test_a_step_with_non_finite_gate_gradients_is_skipped_under_a_scaler():
+    model, gates = tensorized()
+    gate_opt = GateOptimizer(lr=0.1)
+    gate_opt.attach(gates, [torch.optim.SGD(model.parameters(), lr=0.0)])
+    gate_opt.grad_scale = lambda: 1024.0
+    before = [g.detach().clone() for g in gates]
+    for g in gates:
+        g.grad = torch.full_like(g, float("inf"))
+    gate_opt.step()
+    assert all(torch.equal(g, b) for g, b in zip(gates, before)) and all(g.grad is None for g in gates)
