@@ -1,6 +1,6 @@
 """One way to use optional dependencies (TorchRec, Hugging Face ``transformers``).
 
-``require(module, extra, feature)`` imports a module that a feature needs, or raises an
+``require(module, feature)`` imports a module that a feature needs, or raises an
 ``ImportError`` naming the feature and the install command. ``loaded(module)`` imports it only if
 the program already has (a model holding a TorchRec module has imported torchrec), so checks
 like "is this an EmbeddingBagCollection?" never pay a slow import nor fail without the package.

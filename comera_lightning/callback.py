@@ -10,6 +10,7 @@ L₀; ``rank.prune_`` slices dead ranks out of the cores and the optimizer state
 
 from __future__ import annotations
 
+import difflib
 import inspect
 import warnings
 from collections.abc import Mapping
@@ -18,7 +19,7 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback
-from lightning.pytorch.utilities import rank_zero_info
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from lightning.pytorch.utilities.model_helpers import is_overridden
 from typing_extensions import override
 
@@ -123,8 +124,11 @@ class ComeraCallback(Callback):
             self._tensorize(pl_module)
         if stage == "fit":
             self._validated = False
-            for message in self.schedule.resolve(trainer.max_epochs):
+            infos, warnings_ = self.schedule.resolve(trainer.max_epochs)
+            for message in infos:
                 rank_zero_info(f"ComeraCallback: {message}")
+            for message in warnings_:
+                rank_zero_warn(f"ComeraCallback: {message}")
             if pl_module.automatic_optimization:
                 _wrap_method(pl_module, "training_step", self._apply_objective)
 
@@ -171,8 +175,10 @@ class ComeraCallback(Callback):
     # ------------------------------------------------------------------ schedule events
     @override
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        """Start a fresh per-epoch training-loss mean (a possible L₀)."""
+        """Start a fresh per-epoch training-loss mean (a possible L₀); a misspelt L₀ metric fails here, not at the switch."""
         self.loss_target.reset_epoch(pl_module.device)
+        if self._validated and self.schedule.stage == "early":
+            self.loss_target.check_logged(trainer.callback_metrics, f"by the end of epoch {trainer.current_epoch - 1}, validation included")
 
     @override
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
@@ -185,8 +191,6 @@ class ComeraCallback(Callback):
     @override
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """Epoch-based stage switches and pruning (this epoch's validation has run), then the W&B rank table."""
-        if self._validated and self.schedule.stage == "early":
-            self.loss_target.check_logged(trainer.callback_metrics, f"after epoch {trainer.current_epoch} and its validation")
         self._carry_out(self.schedule.after_epoch(trainer.current_epoch + 1), trainer, pl_module)
         log_rank_table(trainer)
 
@@ -255,8 +259,19 @@ class ComeraCallback(Callback):
 
 
 # ---------------------------------------------------------------------- helpers
-def _tensorize_config(config: TensorizeConfig | None, shortcuts: dict[str, Any], legacy: dict[str, Any]) -> TensorizeConfig:
+LEGACY_TENSORIZE_OPTIONS = ("embedding_max_rank", "num_cores", "embedding_num_cores", "init", "layer_config", "min_compression")
+
+
+def _tensorize_config(config: TensorizeConfig | Mapping[str, Any] | None, shortcuts: dict[str, Any], legacy: dict[str, Any]) -> TensorizeConfig:
     """The callback's TensorizeConfig: ``config`` with the direct arguments given (not None) applied."""
+    unknown = sorted(set(legacy) - set(LEGACY_TENSORIZE_OPTIONS))
+    if unknown:
+        known = [*inspect.signature(ComeraCallback).parameters, *LEGACY_TENSORIZE_OPTIONS]
+        hints = {name: difflib.get_close_matches(name, known, n=1) for name in unknown}
+        raise TypeError(
+            "ComeraCallback got unexpected keyword argument(s) "
+            + ", ".join(f"{name!r}" + (f" (did you mean {hint[0]!r}?)" if hint else "") for name, hint in hints.items())
+        )
     if legacy:
         warnings.warn(
             f"ComeraCallback({', '.join(f'{k}=...' for k in legacy)}) is deprecated: pass tensorize=TensorizeConfig(...) "
@@ -264,6 +279,8 @@ def _tensorize_config(config: TensorizeConfig | None, shortcuts: dict[str, Any],
             DeprecationWarning,
             stacklevel=3,
         )
+    if isinstance(config, Mapping):
+        config = TensorizeConfig.from_dict(config)
     changes = {**{k: v for k, v in shortcuts.items() if v is not None}, **legacy}
     return (config if config is not None else TensorizeConfig()).replace(**changes)
 

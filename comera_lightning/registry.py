@@ -11,6 +11,8 @@ looking a module up never imports a slow or missing package. docs/DESIGN.md has 
 from __future__ import annotations
 
 import importlib
+import logging
+import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -23,6 +25,8 @@ from .layers import TensorizedModule, TTEmbedding, TTLinear
 
 if TYPE_CHECKING:
     from .tensorize_config import TensorizeConfig
+
+log = logging.getLogger(__name__)
 
 __all__ = ["Converter", "converter_for", "known_options", "register_converter", "register_integration"]
 
@@ -52,6 +56,7 @@ class _Integration:
 
 _CONVERTERS: dict[type, Converter] = {}
 _INTEGRATIONS: list[_Integration] = []
+_FAILED: set[str] = set()
 
 
 def register_converter(dense_type: type[nn.Module], converter: Converter) -> None:
@@ -67,9 +72,15 @@ def register_integration(dependency: str, module: str, options: Iterable[str]) -
 
 
 def _load_integrations() -> None:
+    """Import the integrations whose dependency the program has imported (each once; a broken one is skipped)."""
     for integration in _INTEGRATIONS:
-        if loaded(integration.dependency) is not None:
+        if integration.module in sys.modules or integration.module in _FAILED or loaded(integration.dependency) is None:
+            continue
+        try:
             importlib.import_module(integration.module)
+        except ImportError as err:  # e.g. a partly installed torchrec: plain layers must still tensorize
+            _FAILED.add(integration.module)
+            log.warning("comera_lightning: %s not loaded (%s); its layer types are not tensorized.", integration.module, err)
 
 
 def converter_for(module: nn.Module) -> Converter | None:
@@ -134,12 +145,18 @@ def _build_embedding(module: nn.Embedding, options: dict[str, Any]) -> TTEmbeddi
     )
 
 
+def _linear_unsupported(module: nn.Linear) -> str | None:
+    if isinstance(module, nn.modules.linear.NonDynamicallyQuantizableLinear):
+        return "the out_proj of an nn.MultiheadAttention, which reads its weight directly: not supported"
+    return None
+
+
 def _embedding_unsupported(module: nn.Embedding) -> str | None:
     return "embedding with max_norm or sparse=True is not supported" if module.max_norm is not None or module.sparse else None
 
 
 LINEAR_OPTIONS = frozenset({"max_rank", "num_cores", "in_modes", "out_modes", "init", "gate_threshold"})
-register_converter(nn.Linear, Converter("linear", _build_linear, LINEAR_OPTIONS, linear_defaults))
+register_converter(nn.Linear, Converter("linear", _build_linear, LINEAR_OPTIONS, linear_defaults, _linear_unsupported))
 register_converter(
     nn.Embedding,
     Converter(

@@ -12,6 +12,7 @@ what was skipped and why.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -102,7 +103,7 @@ class TensorizeReport:
 
 
 # ---------------------------------------------------------------------- public API
-def tensorize(model: nn.Module, config: TensorizeConfig | None = None, **options: Any) -> TensorizeReport:
+def tensorize(model: nn.Module, config: TensorizeConfig | Mapping[str, Any] | None = None, **options: Any) -> TensorizeReport:
     """Replace ``model``'s matching dense layers by tensorized ones, in place; return what happened.
 
     ``config`` (default ``TensorizeConfig()``) says which layers and how; keyword ``options``
@@ -110,6 +111,8 @@ def tensorize(model: nn.Module, config: TensorizeConfig | None = None, **options
     layers are left as they are, so calling it twice is harmless. Raises ``ValueError`` when the
     rules match no module, or nothing could be swapped.
     """
+    if isinstance(config, Mapping):  # e.g. the settings a checkpoint records
+        config = TensorizeConfig.from_dict(config)
     config = (config if config is not None else TensorizeConfig()).replace(**options)
     targets = Rule("target_modules", config.target_modules)
     excludes = Rule("exclude_modules", config.exclude_modules)
@@ -207,7 +210,7 @@ def _plan(
         if targets.given and not targets.matches(name):
             continue
         inside.append(name + ".")  # decided here, with its children (an EmbeddingBagCollection's tables)
-        reason = _skip_reason(name, module, converter, scan, targets, excludes)
+        reason = _skip_reason(name, module, converter, scan, targets.given, excludes)
         if reason is None:
             built = _build(name, module, converter, config)
             if built.compression_ratio() >= config.min_compression:
@@ -226,14 +229,14 @@ def _large_weight(module: nn.Module) -> str | None:
     return None
 
 
-def _skip_reason(name: str, module: nn.Module, converter: Converter, scan: _ModelScan, targets: Rule, excludes: Rule) -> str | None:
+def _skip_reason(name: str, module: nn.Module, converter: Converter, scan: _ModelScan, explicit: bool, excludes: Rule) -> str | None:
     if excludes.matches(name):
         return "excluded by exclude_modules"
     weight = getattr(module, "weight", None)
     if weight is not None and len(scan.tied.get(id(weight), [])) > 1:  # before the head rule: an LM head is often tied
         others = [n for n in scan.tied[id(weight)] if n != name]
         return f"weight is tied to {others}: both stay dense (tensorizing one side would untie them)"
-    if not targets.given and scan.is_head(name):
+    if not explicit and scan.is_head(name):
         return "output head; name it in target_modules to tensorize it"
     if weight is None and not any(p.requires_grad for p in module.parameters()):
         return "frozen (no parameter requires grad)"

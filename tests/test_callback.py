@@ -315,9 +315,21 @@ def test_a_misspelt_loss_target_metric_fails_after_the_first_validated_epoch(tmp
     L.seed_everything(0)
     model, cb = PlainClassifier(), callback(early_epochs=3, loss_target_metric="val/los")
     t = trainer(tmp_path, [cb], max_epochs=4)
-    with pytest.raises(ValueError, match=r"loss_target_metric='val/los' is not logged \(after epoch 0.*'val/loss'"):
+    with pytest.raises(ValueError, match=r"loss_target_metric='val/los' is not logged \(by the end of epoch 0.*'val/loss'"):
         t.fit(model, *loaders())
-    assert t.current_epoch == 0, "found at the first epoch, not at the stage switch"
+    assert t.current_epoch == 1, "found after the first epoch, not at the stage switch"
+
+
+class EpochEndMetric(PlainClassifier):
+    def on_train_epoch_end(self):
+        self.log("my/epoch_metric", 1.0)
+
+
+def test_a_loss_target_metric_logged_in_the_modules_own_epoch_end_is_accepted(tmp_path):
+    L.seed_everything(0)
+    model, cb = EpochEndMetric(), callback(early_epochs=2, loss_target_metric="my/epoch_metric")
+    trainer(tmp_path, [cb], max_epochs=3).fit(model, *loaders())
+    assert cb.loss_target_value == 1.0
 
 
 def test_a_layer_pruned_to_rank_zero_is_reported_and_logged(tmp_path):

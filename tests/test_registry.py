@@ -73,3 +73,14 @@ def test_per_layer_options_of_a_registered_type_are_checked(scaled_registered):
 def test_register_converter_refuses_a_non_module_type():
     with pytest.raises(TypeError, match="nn.Module subclass"):
         registry.register_converter(int, None)
+
+
+def test_a_broken_optional_package_does_not_stop_plain_layers_from_tensorizing(monkeypatch):
+    import sys
+    import types
+
+    monkeypatch.setattr(registry, "_INTEGRATIONS", [registry._Integration("brokenpkg", "comera_lightning.integrations.nothere", frozenset())])
+    monkeypatch.setattr(registry, "_FAILED", set())
+    monkeypatch.setitem(sys.modules, "brokenpkg", types.ModuleType("brokenpkg"))
+    model = nn.Sequential(nn.Linear(64, 96), nn.ReLU(), nn.Linear(96, 64), nn.Linear(64, 2))
+    assert tensorize(model, max_rank=4).swapped

@@ -134,11 +134,12 @@ def test_step_schedule_switches_prunes_and_finishes():
 
 def test_default_early_stage_is_resolved_without_touching_the_argument():
     schedule = StageSchedule()
-    assert schedule.resolve(max_epochs=30) and schedule.early_epochs_resolved == 20
+    infos, warnings_ = schedule.resolve(max_epochs=30)
+    assert infos and not warnings_ and schedule.early_epochs_resolved == 20
     assert schedule.early_epochs is None, "constructor arguments are never mutated"
     with pytest.raises(ValueError, match="needs early_epochs or early_steps"):
         StageSchedule().resolve(max_epochs=None)
-    assert any("will not start" in m for m in StageSchedule(early_epochs=4).resolve(max_epochs=4))
+    assert any("will not start" in m for m in StageSchedule(early_epochs=4).resolve(max_epochs=4)[1]), "a warning"
 
 
 def test_schedule_state_round_trip_and_strict_load():
@@ -179,8 +180,11 @@ def test_callback_tensorize_options():
     with pytest.warns(DeprecationWarning, match="tensorize=TensorizeConfig"):
         legacy = ComeraCallback(embedding_max_rank=40)
     assert legacy.tensorize_config.embedding_max_rank == 40
-    with pytest.raises(TypeError, match="unknown tensorize option"):
+    with pytest.raises(TypeError, match=r"unexpected keyword argument\(s\) 'embeding_max_rank' \(did you mean 'embedding_max_rank'\?\)"):
         ComeraCallback(embeding_max_rank=40)
+    with pytest.raises(TypeError, match=r"'early_epoch' \(did you mean 'early_epochs'\?\)"):
+        ComeraCallback(early_epoch=3)
+    assert ComeraCallback(tensorize={"max_rank": 6}).tensorize_config.max_rank == 6, "a dict, as a checkpoint records it"
     with pytest.raises(ValueError, match="gate_threshold"):
         ComeraCallback(gate_threshold=1.0)
 

@@ -19,7 +19,7 @@ def from_flat_state(flat: dict[str, Any]) -> dict[str, Any]:
     """``{"schedule": {...}, "objective": {...}}`` from the flat layout; unknown keys are an error."""
     unknown = set(flat) - set(_FLAT_KEYS)
     if unknown:
-        raise KeyError(f"ComeraCallback state has unknown keys {sorted(unknown)}.")
+        raise KeyError(f"ComeraCallback state has unknown keys {sorted(unknown)}; expected some of {sorted(_FLAT_KEYS)}.")
     state: dict[str, dict[str, Any]] = {"schedule": {}, "objective": {}}
     for key, value in flat.items():
         part, name = _FLAT_KEYS[key]

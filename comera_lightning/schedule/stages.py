@@ -59,18 +59,18 @@ class StageSchedule:
         self.last_prune_step = -1
         self.prune_events = 0
 
-    def resolve(self, max_epochs: int | None) -> list[str]:
-        """Fix the default early stage from the Trainer's ``max_epochs``; returns messages worth telling the user."""
-        messages = []
+    def resolve(self, max_epochs: int | None) -> tuple[list[str], list[str]]:
+        """Fix the default early stage from the Trainer's ``max_epochs``; returns (information, warnings) for the user."""
+        infos, warnings_ = [], []
         if self.early_epochs_resolved is None and self.early_steps is None:
             if max_epochs is None or max_epochs < 1:
                 raise ValueError("ComeraCallback needs early_epochs or early_steps when the Trainer has no max_epochs.")
             self.early_epochs_resolved = max(1, round(2 * max_epochs / 3))
-            messages.append(f"early stage = {self.early_epochs_resolved} of {max_epochs} epochs (2/3, the paper's 20 of 30).")
+            infos.append(f"early stage = {self.early_epochs_resolved} of {max_epochs} epochs (2/3, the paper's 20 of 30).")
         early = self.early_epochs_resolved
         if early is not None and max_epochs is not None and 0 < max_epochs <= early:
-            messages.append(f"early_epochs={early} >= max_epochs={max_epochs}: the late (compression) stage will not start.")
-        return messages
+            warnings_.append(f"early_epochs={early} >= max_epochs={max_epochs}: the late (compression) stage will not start.")
+        return infos, warnings_
 
     def after_batch(self, step: int) -> str | None:
         """The step-based event due after global step ``step``, if any."""
