@@ -26,6 +26,7 @@ from typing_extensions import override
 from .checkpoint import install_checkpoint_loading
 from .compression_logging import compression_metrics, log_rank_table, warn_rank0
 from .gate_optimizer import DEFAULT_GATE_LR, GateOptimizer
+from .module_hooks import non_finite_error, replace_loss, wrap_method
 from .rank import prune_, tt_layers
 from .schedule import ComeraObjective, LossTarget, StageSchedule
 from .schedule.legacy import from_flat_state
@@ -119,7 +120,7 @@ class ComeraCallback(Callback):
         self._trainer = trainer
         _check_supported(trainer, pl_module, self.allow_manual_optimization)
         if is_overridden("configure_model", pl_module, pl.LightningModule):
-            _wrap_method(pl_module, "configure_model", lambda result: self._tensorize(pl_module))
+            wrap_method(pl_module, "configure_model", lambda result: self._tensorize(pl_module))
         else:
             self._tensorize(pl_module)
         if stage == "fit":
@@ -130,7 +131,7 @@ class ComeraCallback(Callback):
             for message in warnings_:
                 rank_zero_warn(f"ComeraCallback: {message}")
             if pl_module.automatic_optimization:
-                _wrap_method(pl_module, "training_step", self._apply_objective)
+                wrap_method(pl_module, "training_step", self._apply_objective)
 
     def _tensorize(self, pl_module: pl.LightningModule) -> None:
         report = tensorize(pl_module, self.tensorize_config)
@@ -162,12 +163,12 @@ class ComeraCallback(Callback):
 
     # ------------------------------------------------------------------ objective
     def _apply_objective(self, output: Any) -> Any:
-        return _replace_loss(output, self.objective)
+        return replace_loss(output, self.objective)
 
     def objective(self, task_loss: torch.Tensor) -> torch.Tensor:
         """The current stage's training objective for a task loss ``L`` (docs/METHOD.md §2)."""
         if self.check_finite_loss and not _capturing() and not bool(torch.isfinite(task_loss.detach()).all()):
-            raise _non_finite_error(task_loss, self._trainer)
+            raise non_finite_error(task_loss, self._trainer)
         loss = self.stage_objective(task_loss, self.schedule.stage)
         self.loss_target.observe(self.stage_objective.last["task_loss"])
         return loss
@@ -285,26 +286,6 @@ def _tensorize_config(config: TensorizeConfig | Mapping[str, Any] | None, shortc
     return (config if config is not None else TensorizeConfig()).replace(**changes)
 
 
-def _replace_loss(output: Any, objective: Any) -> Any:
-    """``training_step``'s output with its loss turned into ``objective(loss)``."""
-    if output is None:
-        return None
-    if isinstance(output, torch.Tensor):
-        return objective(output)
-    if isinstance(output, Mapping) and "loss" in output:
-        return {**output, "loss": objective(output["loss"]), "task_loss": output["loss"].detach()}
-    raise TypeError(f"training_step returned {type(output).__name__}; ComeraCallback needs a loss tensor or a dict with a 'loss' key.")
-
-
-def _non_finite_error(task_loss: torch.Tensor, trainer: pl.Trainer | None) -> FloatingPointError:
-    where = f"global step {trainer.global_step}, epoch {trainer.current_epoch}" if trainer else "this step"
-    return FloatingPointError(
-        f"ComeraCallback: the training loss is {task_loss.detach().float().flatten()[0].item()} at {where}. "
-        "Training stopped before this step's backward, so weights and saved checkpoints are not affected. "
-        "Lower the learning rate, enable gradient clipping, or check the data/inputs of this batch."
-    )
-
-
 def _check_supported(trainer: pl.Trainer, pl_module: pl.LightningModule, allow_manual_optimization: bool) -> None:
     name = type(trainer.strategy).__name__
     if name in UNSUPPORTED_STRATEGIES:
@@ -319,21 +300,6 @@ def _check_supported(trainer: pl.Trainer, pl_module: pl.LightningModule, allow_m
             "objective for you. Pass allow_manual_optimization=True and call `loss = callback.objective(loss)` "
             "before `self.manual_backward(loss)`."
         )
-
-
-def _wrap_method(pl_module: pl.LightningModule, name: str, after: Any) -> None:
-    """Make ``pl_module.<name>`` return ``after(original(...))`` (once, however often it is called)."""
-    original = pl_module.__dict__.get(f"_comera_original_{name}") or getattr(pl_module, name)
-
-    def wrapped(*args: Any, **kwargs: Any) -> Any:
-        return after(original(*args, **kwargs))
-
-    # Lightning chooses the arguments it passes from the signature (with `self`, as of the function), so
-    # give it the original's; no functools.wraps: torch.compile fails following __wrapped__ to a bound method.
-    wrapped.__name__, wrapped.__doc__ = name, original.__doc__
-    wrapped.__signature__ = inspect.signature(getattr(original, "__func__", original))
-    pl_module.__dict__[f"_comera_original_{name}"] = original
-    setattr(pl_module, name, wrapped)
 
 
 def _mean_over_ranks(trainer: pl.Trainer, value: float) -> float:
