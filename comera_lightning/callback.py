@@ -25,7 +25,7 @@ from typing_extensions import override
 
 from .checkpoint import install_checkpoint_loading
 from .compression_logging import compression_metrics, log_rank_table, warn_rank0
-from .gate_optimizer import DEFAULT_GATE_LR, GateOptimizer
+from .gate_optimizer import DEFAULT_GATE_LR, GateOptimizer, drop_gates_from_saved_states
 from .module_hooks import non_finite_error, replace_loss, wrap_method
 from .rank import prune_, tt_layers
 from .schedule import ComeraObjective, LossTarget, StageSchedule
@@ -91,6 +91,7 @@ class ComeraCallback(Callback):
         self._trainer: pl.Trainer | None = None
         self._validated = False  # a (non-sanity) validation has run in this fit
         self._rank0_reported: set[str] = set()
+        self._resuming: dict[str, Any] | None = None
 
     # ------------------------------------------------------------------ read-outs
     @property
@@ -145,8 +146,16 @@ class ComeraCallback(Callback):
         """The optimizers exist now: take the gates over (before Lightning restores the optimizers' state)."""
         gates = [g for _, layer in tt_layers(pl_module) for g in layer.gates]
         self.gate_optimizer.attach(gates, trainer.optimizers)
+        if self._resuming is not None:  # Lightning restores the optimizers' state after this hook
+            drop_gates_from_saved_states(self._resuming.get("optimizer_states", []), self.gate_optimizer.removed)
+            self._resuming = None
         scaler = getattr(trainer.precision_plugin, "scaler", None)
         self.gate_optimizer.grad_scale = (lambda: scaler.get_scale()) if scaler is not None and scaler.is_enabled() else (lambda: None)
+
+    @override
+    def on_load_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]) -> None:
+        """Keep the checkpoint being resumed until ``on_fit_start`` (one from before 0.2 has the gates in the optimizer state)."""
+        self._resuming = checkpoint
 
     @override
     def on_before_zero_grad(self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: torch.optim.Optimizer) -> None:

@@ -145,3 +145,21 @@ def test_a_step_with_non_finite_gate_gradients_is_skipped_under_a_scaler():
         g.grad = torch.full_like(g, float("inf"))
     gate_opt.step()
     assert all(torch.equal(g, b) for g, b in zip(gates, before)) and all(g.grad is None for g in gates)
+
+
+def test_an_optimizer_state_saved_with_the_gates_inside_loads_once_they_are_taken_out():
+    model, gates = tensorized()
+    old = torch.optim.AdamW(model.parameters(), lr=1e-3)  # as modules saved it before the callback owned the gates
+    model(torch.randn(4, 64)).sum().backward()
+    old.step()
+    saved = old.state_dict()
+    new = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    gate_opt = GateOptimizer()
+    gate_opt.attach(gates, [new])
+    from comera_lightning.gate_optimizer import drop_gates_from_saved_states
+
+    assert drop_gates_from_saved_states([saved], gate_opt.removed) == len(gates)
+    new.load_state_dict(saved)
+    rest = [p for p in model.parameters() if all(p is not g for g in gates)]
+    for p in rest:
+        torch.testing.assert_close(new.state[p]["exp_avg"], old.state[p]["exp_avg"])
