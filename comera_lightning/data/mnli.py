@@ -12,8 +12,9 @@ import importlib
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
+from comera_lightning.data.file_errors import empty_file_error, utf8_error
 from comera_lightning.data.pair_split import PairSplit
 from comera_lightning.data.splits import SplitDict
 
@@ -56,30 +57,42 @@ def read_mnli_tsv(path: str | os.PathLike[str]) -> PairSplit:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"MNLI file {str(path)!r} does not exist")
-    split = PairSplit()
     # GLUE TSVs are unquoted (quotes are literal text), so split on tabs rather than using `csv`;
     # newline="\n" keeps a stray carriage return inside a sentence from splitting the line.
-    with open(path, encoding="utf-8", newline="\n") as handle:
-        header_line = handle.readline()
-        if not header_line.strip():
-            raise ValueError(f"{path}: line 1: empty file; expected a header with columns {', '.join(MNLI_FIELDS)}")
-        header = header_line.rstrip("\r\n").split("\t")
-        columns = _header_columns(header, path)
-        width = max(columns.values()) + 1
-        for lineno, line in enumerate(handle, start=2):
-            line = line.rstrip("\r\n")
-            if not line.strip():
-                continue
-            fields = line.split("\t")
-            if len(fields) < width:
-                raise ValueError(
-                    f"{path}: line {lineno}: expected at least {width} tab-separated fields "
-                    f"(header has {len(header)}), found {len(fields)}"
-                )
-            label = _mnli_label(fields[columns["gold_label"]], path, lineno)
-            if label is not None:
-                split.append(fields[columns["sentence1"]], fields[columns["sentence2"]], label)
+    try:
+        with open(path, encoding="utf-8", newline="\n") as handle:
+            split, rows = _read_tsv_rows(handle, path)
+    except UnicodeDecodeError as err:
+        raise utf8_error(path, err) from err
+    if not rows:
+        raise empty_file_error(path, f"a header with columns {', '.join(MNLI_FIELDS)} and one row per pair")
     return split
+
+
+def _read_tsv_rows(handle: IO[str], path: Path) -> tuple[PairSplit, int]:
+    """Parse the header and rows of an open MNLI TSV: the pairs and the number of non-blank rows."""
+    split = PairSplit()
+    header_line = handle.readline()
+    if not header_line.strip():
+        raise ValueError(f"{path}: line 1: empty file; expected a header with columns {', '.join(MNLI_FIELDS)}")
+    header = header_line.rstrip("\r\n").split("\t")
+    columns = _header_columns(header, path)
+    rows = 0
+    for lineno, line in enumerate(handle, start=2):
+        line = line.rstrip("\r\n")
+        if not line.strip():
+            continue
+        fields = line.split("\t")
+        if len(fields) != len(header):
+            raise ValueError(
+                f"{path}: line {lineno}: expected {len(header)} tab-separated fields (as in the header), "
+                f"found {len(fields)}; a tab inside a sentence shifts the columns: remove it or fix the row"
+            )
+        rows += 1
+        label = _mnli_label(fields[columns["gold_label"]], path, lineno)
+        if label is not None:
+            split.append(fields[columns["sentence1"]], fields[columns["sentence2"]], label)
+    return split, rows
 
 
 def _header_columns(header: list[str], path: Path) -> dict[str, int]:
@@ -100,29 +113,40 @@ def read_mnli_jsonl(path: str | os.PathLike[str]) -> PairSplit:
     if not path.is_file():
         raise FileNotFoundError(f"MNLI file {str(path)!r} does not exist")
     split = PairSplit()
-    with open(path, encoding="utf-8") as handle:
-        for lineno, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise ValueError(
-                    f"{path}: line {lineno}: invalid JSON ({err.msg} at column {err.colno}); "
-                    "expected one JSON object per line"
-                ) from err
-            if not isinstance(record, dict):
-                raise ValueError(f"{path}: line {lineno}: expected a JSON object, found {type(record).__name__}")
-            missing = [key for key in MNLI_FIELDS if key not in record]
-            if missing:
-                raise ValueError(
-                    f"{path}: line {lineno}: missing key {', '.join(repr(m) for m in missing)}; "
-                    f"expected keys {', '.join(MNLI_FIELDS)}"
-                )
-            label = _mnli_label(record["gold_label"], path, lineno)
-            if label is not None:
-                split.append(str(record["sentence1"]), str(record["sentence2"]), label)
+    records = 0
+    try:
+        with open(path, encoding="utf-8") as handle:
+            for lineno, line in enumerate(handle, start=1):
+                if line.strip():
+                    records += 1
+                    _append_jsonl_record(split, line, path, lineno)
+    except UnicodeDecodeError as err:
+        raise utf8_error(path, err) from err
+    if not records:
+        raise empty_file_error(path, f"one JSON object per line with keys {', '.join(MNLI_FIELDS)}")
     return split
+
+
+def _append_jsonl_record(split: PairSplit, line: str, path: Path, lineno: int) -> None:
+    """Parse one MultiNLI JSONL line and append its pair to ``split`` (unless its label is '-')."""
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as err:
+        raise ValueError(
+            f"{path}: line {lineno}: invalid JSON ({err.msg} at column {err.colno}); "
+            "expected one JSON object per line"
+        ) from err
+    if not isinstance(record, dict):
+        raise ValueError(f"{path}: line {lineno}: expected a JSON object, found {type(record).__name__}")
+    missing = [key for key in MNLI_FIELDS if key not in record]
+    if missing:
+        raise ValueError(
+            f"{path}: line {lineno}: missing key {', '.join(repr(m) for m in missing)}; "
+            f"expected keys {', '.join(MNLI_FIELDS)}"
+        )
+    label = _mnli_label(record["gold_label"], path, lineno)
+    if label is not None:
+        split.append(str(record["sentence1"]), str(record["sentence2"]), label)
 
 
 def load_mnli_dir(data_dir: str | os.PathLike[str]) -> dict[str, PairSplit]:
