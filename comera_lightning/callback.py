@@ -26,7 +26,7 @@ from typing_extensions import override
 from .checkpoint import install_checkpoint_loading
 from .compression_logging import compression_metrics, log_rank_table, warn_rank0
 from .gate_optimizer import DEFAULT_GATE_LR, GateOptimizer, drop_gates_from_saved_states
-from .module_hooks import non_finite_error, replace_loss, wrap_method
+from .module_hooks import non_finite_error, replace_loss, unwrap_methods, wrap_method
 from .rank import prune_, tt_layers
 from .schedule import ComeraObjective, LossTarget, StageSchedule
 from .schedule.legacy import from_flat_state
@@ -36,7 +36,6 @@ from .tensorize_config import TensorizeConfig
 __all__ = ["ComeraCallback"]
 
 UNSUPPORTED_STRATEGIES = ("FSDPStrategy", "DeepSpeedStrategy", "ModelParallelStrategy", "XLAStrategy", "SingleDeviceXLAStrategy")
-_WRAPPED = ("training_step", "configure_model")  # module methods the callback wraps during a run
 
 
 class ComeraCallback(Callback):
@@ -149,8 +148,7 @@ class ComeraCallback(Callback):
         if self._resuming is not None:  # Lightning restores the optimizers' state after this hook
             drop_gates_from_saved_states(self._resuming.get("optimizer_states", []), self.gate_optimizer.removed)
             self._resuming = None
-        scaler = getattr(trainer.precision_plugin, "scaler", None)
-        self.gate_optimizer.grad_scale = (lambda: scaler.get_scale()) if scaler is not None and scaler.is_enabled() else (lambda: None)
+        self.gate_optimizer.follow_scaler(getattr(trainer.precision_plugin, "scaler", None))
 
     @override
     def on_load_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]) -> None:
@@ -166,9 +164,7 @@ class ComeraCallback(Callback):
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         """Give the module its own methods back; stop following its optimizer."""
         self.gate_optimizer.detach()
-        for name in _WRAPPED:
-            if pl_module.__dict__.pop(f"_comera_original_{name}", None) is not None:
-                pl_module.__dict__.pop(name, None)
+        unwrap_methods(pl_module)
 
     # ------------------------------------------------------------------ objective
     def _apply_objective(self, output: Any) -> Any:
@@ -218,11 +214,7 @@ class ComeraCallback(Callback):
         if event == "switch":
             self.stage_objective.enter_late(_mean_over_ranks(trainer, self.loss_target.resolve(trainer.callback_metrics)))
             self.schedule.enter_late(trainer.current_epoch + 1, trainer.global_step)
-            objective = self.stage_objective
-            rank_zero_info(
-                f"ComeraCallback: late stage from step {trainer.global_step}: S={objective.size_at_switch:,.0f} → target "
-                f"S₀={objective.size_target:,.0f} (ratio {objective.target_ratio}), L₀={objective.loss_target:.4f}."
-            )
+            rank_zero_info(f"ComeraCallback: late stage from step {trainer.global_step}: {self.stage_objective.describe()}.")
             self._prune(trainer, pl_module, "stage switch")
         elif event == "finish":
             self._prune(trainer, pl_module, "end of late stage")
@@ -236,9 +228,7 @@ class ComeraCallback(Callback):
         self.schedule.record_prune(trainer.global_step)
         if summary.removed:
             _rewrap_ddp(trainer)
-        notify = getattr(trainer.strategy, "on_parameters_resized", None)
-        if callable(notify):
-            notify()
+        getattr(trainer.strategy, "on_parameters_resized", lambda: None)()  # e.g. CUDAGraphStrategy re-captures
         rank_zero_info(
             f"ComeraCallback: prune ({reason}) at step {trainer.global_step}: "
             f"{summary.parameters_before:,} → {summary.parameters_after:,} parameters."

@@ -63,6 +63,11 @@ class GateOptimizer:
         for group in self.optimizer.param_groups:
             group.update(lr=self.lr, betas=self.betas, eps=self.eps, capturable=self.optimizer.defaults["capturable"])
 
+    def follow_scaler(self, scaler: Any) -> None:
+        """Undo this ``torch.amp.GradScaler``'s scale on the gate gradients (None or disabled: nothing to undo)."""
+        enabled = scaler is not None and scaler.is_enabled()
+        self.grad_scale = scaler.get_scale if enabled else (lambda: None)
+
     def detach(self) -> None:
         """Stop following the host optimizer; the gates' Adam state is kept for ``state_dict`` and the next ``attach``."""
         if self._hook is not None:

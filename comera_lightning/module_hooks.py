@@ -9,7 +9,7 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 
-__all__ = ["non_finite_error", "replace_loss", "wrap_method"]
+__all__ = ["non_finite_error", "replace_loss", "unwrap_methods", "wrap_method"]
 
 
 def replace_loss(output: Any, objective: Any) -> Any:
@@ -46,3 +46,10 @@ def wrap_method(pl_module: pl.LightningModule, name: str, after: Any) -> None:
     wrapped.__signature__ = inspect.signature(getattr(original, "__func__", original))
     pl_module.__dict__[f"_comera_original_{name}"] = original
     setattr(pl_module, name, wrapped)
+
+
+def unwrap_methods(pl_module: pl.LightningModule) -> None:
+    """Give the module back every method ``wrap_method`` replaced."""
+    for key in [k for k in pl_module.__dict__ if k.startswith("_comera_original_")]:
+        del pl_module.__dict__[key]
+        pl_module.__dict__.pop(key[len("_comera_original_"):], None)

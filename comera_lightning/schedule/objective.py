@@ -77,6 +77,13 @@ class ComeraObjective:
         self.size_target = self.target_ratio * self.size_at_switch
         self.loss_target = float(loss_target)
 
+    def describe(self) -> str:
+        """The late stage's targets in words."""
+        return (
+            f"S={self.size_at_switch:,.0f} → target S₀={self.size_target:,.0f} (ratio {self.target_ratio}), "
+            f"L₀={self.loss_target:.4f}"
+        )
+
     def state_dict(self) -> dict[str, Any]:
         """Targets and the surrogate's denominator."""
         return {key: getattr(self, key) for key in _STATE}
