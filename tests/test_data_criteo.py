@@ -93,7 +93,7 @@ def _replace(line: str, column: int, value: str) -> str:
     [
         (make_line(2) + "\textra", "expected 40 tab-separated columns.*got 41"),
         ("\t".join(make_line(2).split("\t")[1:]), "got 39.*no label column"),
-        ("", "got 1"),
+        ("1", "got 1"),  # (a blank line is skipped: test_data_reader_errors.py)
         (_replace(make_line(2), 14, "xyz12345"), "C1 holds 'xyz12345', not a hex id"),
         (_replace(make_line(2), 20, "0x1f"), "C7 holds '0x1f', not a hex id"),
         (_replace(make_line(2), 3, "1.5"), "I3 holds '1.5', not an integer"),

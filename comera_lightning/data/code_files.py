@@ -15,6 +15,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from comera_lightning.data.file_errors import empty_file_error, utf8_error
+
 __all__ = [
     "ALWAYS_EXCLUDED_DIRS",
     "CODE_FIELDS",
@@ -94,8 +96,12 @@ def read_code_jsonl(path: str | os.PathLike[str], max_docs: int | None = None) -
                     break
                 if line.strip():
                     docs.append(_code_record(line, file, lineno))
-        except (UnicodeDecodeError, OSError, EOFError) as err:  # bad bytes or a corrupt gzip stream
+        except UnicodeDecodeError as err:  # text is decoded by the chunk: find the line in a rescan
+            raise utf8_error(file, err, opener) from err
+        except (OSError, EOFError) as err:  # a corrupt gzip stream
             raise ValueError(f"{file}: line {lineno + 1}: cannot read ({err}); expected UTF-8 JSONL") from err
+    if not docs and (max_docs is None or max_docs > 0):
+        raise empty_file_error(file, "one JSON object per line with a `code` or `original_string` field")
     return docs
 
 

@@ -3,7 +3,8 @@
 Each line is ``label \\t I1..I13 \\t C1..C26``: a 0/1 label, 13 integer counts (possibly empty,
 possibly negative) and 26 categorical values hashed to 8 hex digits (possibly empty). Dense
 values become ``log(1 + max(x, 0))`` (empty → 0); a categorical value becomes
-``int(hex, 16) % table_size`` (empty → 0). The files are read line by line, so a multi-GB day
+``int(hex, 16) % table_size`` (empty → 0), for ids of any length. Blank lines are skipped; a file
+without data lines is an error. The files are read line by line, so a multi-GB day
 never has to fit in memory.
 """
 
@@ -20,6 +21,7 @@ from torch import Tensor
 from torch.utils.data import IterableDataset, get_worker_info
 
 from comera_lightning.data.click_logs import ClickBatch, kjt_from_id_matrix
+from comera_lightning.data.file_errors import empty_file_error
 
 __all__ = [
     "CRITEO_CAT_NAMES",
@@ -50,6 +52,11 @@ _HEX_RE = re.compile(r"[0-9a-fA-F]*")
 _LINE_RE = re.compile(
     "([01])" + f"\t({_DENSE_RE.pattern})" * NUM_DENSE + f"\t({_HEX_RE.pattern})" * NUM_SPARSE
 )
+# The fast path: integers of at most 300 digits always convert to float64; longer ones are checked.
+_SHORT_DENSE = r"(?:-?[0-9]{1,300})?"
+_FAST_LINE_RE = re.compile(
+    "([01])" + f"\t({_SHORT_DENSE})" * NUM_DENSE + f"\t({_HEX_RE.pattern})" * NUM_SPARSE
+)
 
 
 def _check_table_sizes(table_sizes: Sequence[int] | None) -> list[int]:
@@ -68,13 +75,29 @@ def parse_criteo_line(line: str, path: str = "<string>", line_no: int = 0) -> tu
     Raises ``ValueError`` naming ``path``, ``line_no`` and the problem for a malformed line.
     """
     text = line.rstrip("\r\n")
-    match = _LINE_RE.fullmatch(text)
+    match = _FAST_LINE_RE.fullmatch(text)
     if match is None:
-        raise ValueError(f"{path}, line {line_no}: {_line_problem(text)}")
+        match = _LINE_RE.fullmatch(text)
+        if match is None:
+            raise ValueError(f"{path}, line {line_no}: {_line_problem(text)}")
+        _check_long_integers(match.groups()[1 : 1 + NUM_DENSE], path, line_no)
     groups = match.groups()
     dense = [int(v) if v else 0 for v in groups[1 : 1 + NUM_DENSE]]
     sparse = [int(v, 16) if v else -1 for v in groups[1 + NUM_DENSE :]]
     return int(groups[0]), dense, sparse
+
+
+def _check_long_integers(values: Sequence[str], path: str, line_no: int) -> None:
+    """Raise naming the file and line if an integer column is too long for Python or float64."""
+    for column, value in enumerate(values, start=1):
+        try:
+            if value:
+                float(int(value))
+        except (ValueError, OverflowError) as err:
+            raise ValueError(
+                f"{path}, line {line_no}: integer column I{column} holds a {len(value)}-character integer, "
+                f"too large to use ({err}); fix or drop the line."
+            ) from err
 
 
 def _line_problem(text: str) -> str:
@@ -112,12 +135,23 @@ def _batch_from_rows(labels: list[int], dense: list[int], sparse: list[int], siz
     """Tensorise flat row-major rows: log1p(max(x, 0)) dense, ids modulo the table sizes (empty → 0)."""
     batch = len(labels)
     dense_t = torch.tensor(dense, dtype=torch.float64).view(batch, NUM_DENSE)
-    raw = torch.tensor(sparse, dtype=torch.int64).view(batch, NUM_SPARSE)
+    try:
+        raw = torch.tensor(sparse, dtype=torch.int64).view(batch, NUM_SPARSE)
+    except (ValueError, OverflowError, RuntimeError):  # a hex id beyond 64 bits: reduce it in Python
+        raw = _reduced_ids(sparse, sizes).view(batch, NUM_SPARSE)
     ids = torch.where(raw < 0, torch.zeros_like(raw), raw.remainder(sizes))
     return ClickBatch(
         dense=dense_t.clamp_min_(0).log1p_().to(torch.float32),
         sparse=kjt_from_id_matrix(CRITEO_CAT_NAMES, ids),
         labels=torch.tensor(labels, dtype=torch.float32),
+    )
+
+
+def _reduced_ids(sparse: list[int], sizes: Tensor) -> Tensor:
+    """``id % table size`` computed on Python ints (any length), empty ids (-1) kept; the slow path."""
+    table = sizes.tolist()
+    return torch.tensor(
+        [h if h < 0 else h % table[i % NUM_SPARSE] for i, h in enumerate(sparse)], dtype=torch.int64
     )
 
 
@@ -163,12 +197,17 @@ class CriteoIterableDataset(IterableDataset):
         reader, readers = _shard()
         global_line = 0
         for path in self.files:
+            start = global_line
             with _open_text(path) as handle:
                 for line_no, line in enumerate(handle, start=1):
+                    if line.isspace() and "\t" not in line:  # blank: skipped, not counted for sharding
+                        continue
                     owned = global_line % readers == reader
                     global_line += 1
                     if owned:
                         yield parse_criteo_line(line, str(path), line_no)
+            if global_line == start:
+                raise empty_file_error(path, f"one Criteo line per example ({NUM_COLUMNS} tab-separated columns)")
 
     def __iter__(self) -> Iterator[ClickBatch]:
         sizes = torch.tensor(self.table_sizes, dtype=torch.int64)

@@ -61,8 +61,10 @@ def locate_movielens_100k(data_dir: str | Path | None = None) -> Path:
 def read_atomic_file(path: Path) -> dict[str, list[str]]:
     """Read a RecBole atomic file (TSV, header ``name:type``) into columns keyed by bare name."""
     lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
-    if not lines:
-        raise ValueError(f"{path} is empty; expected a header line like 'user_id:token\\titem_id:token'.")
+    if not lines or not lines[0].strip():
+        raise ValueError(
+            f"{path}, line 1: no header (the file is empty or starts with a blank line); expected a header line like 'user_id:token\\titem_id:token'."
+        )
     names = [field.split(":", 1)[0] for field in lines[0].split("\t")]
     columns: list[list[str]] = [[] for _ in names]
     for line_no, line in enumerate(lines[1:], start=2):
@@ -70,12 +72,48 @@ def read_atomic_file(path: Path) -> dict[str, list[str]]:
             continue
         fields = line.split("\t")
         if len(fields) != len(names):
+            if not line.strip():  # a blank line of spaces: skipped like an empty one
+                continue
             raise ValueError(
                 f"{path}, line {line_no}: expected {len(names)} tab-separated columns {names}, got {len(fields)}."
             )
         for column, value in zip(columns, fields):
             column.append(value)
+    if not columns[0]:
+        raise ValueError(f"{path}, line 2: no data rows after the header; expected one row per line.")
     return dict(zip(names, columns))
+
+
+def _line_of_row(path: Path, row: int) -> int:
+    """The line number of data row ``row`` (0-based) of an atomic file, as read by `read_atomic_file`."""
+    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    width = len(lines[0].split("\t"))
+    seen = -1
+    for line_no, line in enumerate(lines[1:], start=2):
+        if line and len(line.split("\t")) == width:  # the rows `read_atomic_file` kept
+            seen += 1
+            if seen == row:
+                return line_no
+    return len(lines)  # pragma: no cover - `row` comes from the same file
+
+
+def _floats(values: list[str], path: Path, name: str) -> list[float]:
+    """Parse a numeric column; a value that is not a number is an error naming the file and line."""
+    try:
+        return [float(v) for v in values]
+    except ValueError:
+        row = next(i for i, v in enumerate(values) if not _is_float(v))
+        raise ValueError(
+            f"{path}, line {_line_of_row(path, row)}: column {name!r} holds {values[row]!r}, not a number."
+        ) from None
+
+
+def _is_float(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _require(columns: dict[str, list[str]], names: Iterable[str], path: Path) -> None:
@@ -146,8 +184,8 @@ def load_raw(folder: Path) -> RawLog:
     return RawLog(
         users=inter["user_id"],
         items=inter["item_id"],
-        ratings=[float(r) for r in inter["rating"]],
-        timestamps=[float(t) for t in inter["timestamp"]],
+        ratings=_floats(inter["rating"], inter_path, "rating"),
+        timestamps=_floats(inter["timestamp"], inter_path, "timestamp"),
         user_attrs=user_attrs,
         item_attrs=item_attrs,
         genre_source=genre_source,
