@@ -7,6 +7,7 @@ DataLoaders (a seeded shuffle for training, the split's order for evaluation).
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -21,7 +22,7 @@ from comera_lightning.data.splits import SPLITS, STAGE_SPLITS, resolve_split
 __all__ = ["TokenizedTextDataModule"]
 
 
-class TokenizedTextDataModule(BatchSizeHParams, pl.LightningDataModule):
+class TokenizedTextDataModule(BatchSizeHParams, pl.LightningDataModule, metaclass=abc.ABCMeta):
     """Base of the tokenized-text data modules: tokenizer, per-split datasets, loaders.
 
     A subclass calls ``self.save_hyperparameters()`` in its ``__init__`` with at least
@@ -44,15 +45,17 @@ class TokenizedTextDataModule(BatchSizeHParams, pl.LightningDataModule):
 
     # ---- to implement
 
+    @abc.abstractmethod
     def _build_tokenizer(self) -> Tokenizer:
-        raise NotImplementedError
+        """The tokenizer (trained and cached, or loaded)."""
 
+    @abc.abstractmethod
     def _build_dataset(self, split: str) -> Dataset:
-        raise NotImplementedError
+        """The dataset of ``split``."""
 
+    @abc.abstractmethod
     def collate_fn(self, split: str) -> Callable[[list[Any]], Any]:
         """The collate function of ``split``'s DataLoader."""
-        raise NotImplementedError
 
     # ---- the tokenizer
 
