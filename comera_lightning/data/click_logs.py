@@ -9,6 +9,7 @@ of categorical ids per sparse feature. A batch of them is a :class:`ClickBatch`,
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -196,7 +197,7 @@ def positive_rate(labels: Tensor) -> float:
     return float(labels.float().mean()) if labels.numel() else 0.0
 
 
-class ClickLogDataModule(LightningDataModule):
+class ClickLogDataModule(LightningDataModule, metaclass=abc.ABCMeta):
     """Base of the click-log data modules: the metadata a DLRM needs to build its tables.
 
     Subclasses provide ``feature_names`` (KJT keys, in order), ``table_sizes`` (rows per
@@ -206,19 +207,19 @@ class ClickLogDataModule(LightningDataModule):
     """
 
     @property
+    @abc.abstractmethod
     def feature_names(self) -> list[str]:
         """Names of the sparse features, in KJT key order."""
-        raise NotImplementedError
 
     @property
+    @abc.abstractmethod
     def table_sizes(self) -> list[int]:
         """Number of embedding rows per sparse feature, aligned with ``feature_names``."""
-        raise NotImplementedError
 
     @property
+    @abc.abstractmethod
     def num_dense(self) -> int:
         """Number of dense features per sample."""
-        raise NotImplementedError
 
     def embedding_bag_configs(self, embedding_dim: int) -> list[EmbeddingBagConfig]:
         """TorchRec ``EmbeddingBagConfig`` s for this data, one table per sparse feature."""
