@@ -1,7 +1,8 @@
 """The ``comera-lightning`` command line: LightningCLI with the CoMERA callback, data→model links and loggers.
 
     comera-lightning fit  --config configs/transformer_tiny.yaml
-    comera-lightning test --config configs/transformer_tiny.yaml --ckpt_path logs/transformer_tiny/version_0/checkpoints/last.ckpt
+    comera-lightning test --config configs/transformer_tiny.yaml --ckpt_path last          # the newest last.ckpt of earlier runs
+    comera-lightning fit  --config configs/transformer_tiny.yaml --ckpt_path last          # resume the newest run
     comera-lightning fit  --config configs/transformer_tiny.yaml --dense true     # dense baseline, no callback
     comera-lightning fit  --config configs/transformer_tiny.yaml --wandb online   # W&B online (offline by default)
     comera-lightning fit  --config configs/transformer_tiny.yaml --print_config   # the full, re-parsable config
@@ -33,7 +34,7 @@ from lightning.pytorch.utilities import rank_zero_info
 
 from .callback import ComeraCallback
 
-__all__ = ["ComeraCLI", "finish_wandb", "main", "resolve_wandb_mode", "write_compression_plot"]
+__all__ = ["ComeraCLI", "finish_wandb", "latest_checkpoint", "main", "resolve_wandb_mode", "write_compression_plot"]
 
 #: Data-module attributes passed on to the model argument of the same name, when both exist.
 DATA_TO_MODEL_LINKS = ("vocab_size", "num_classes", "pad_token_id", "table_sizes", "feature_names", "num_dense")
@@ -138,9 +139,43 @@ class ComeraCLI(LightningCLI):
             loggers.append(WandbLogger(name=f"{csv.name}/version_{csv.version}", save_dir=csv.save_dir, project=project, mode=mode))
         return loggers
 
+    def before_fit(self) -> None:
+        """``--ckpt_path last``: resume the newest ``last.ckpt`` of this config's earlier runs."""
+        self._resolve_last_checkpoint("fit")
+
+    def before_validate(self) -> None:
+        """``--ckpt_path last``: the newest ``last.ckpt`` of this config's runs."""
+        self._resolve_last_checkpoint("validate")
+
+    def before_test(self) -> None:
+        """``--ckpt_path last``: the newest ``last.ckpt`` of this config's runs."""
+        self._resolve_last_checkpoint("test")
+
+    def _resolve_last_checkpoint(self, subcommand: str) -> None:
+        # Each run writes to a new logs/<name>/version_N, where Lightning's own "last" lookup finds nothing
+        # and silently starts over: look in the earlier versions instead, and say so when there is none.
+        config = self.config_init[subcommand]
+        csv = next((lg for lg in self.trainer.loggers if isinstance(lg, CSVLogger)), None)
+        if config.get("ckpt_path") != "last" or csv is None:
+            return
+        found = latest_checkpoint(Path(csv.root_dir), exclude=Path(csv.log_dir))
+        if found is None:
+            raise ValueError(
+                f"--ckpt_path last: no earlier run of this config left a last.ckpt under {csv.root_dir}/version_*/checkpoints/. "
+                "Give the checkpoint's path, or train first with a ModelCheckpoint(save_last=true) (all bundled configs have one)."
+            )
+        rank_zero_info(f"--ckpt_path last: resuming from {found}")
+        config["ckpt_path"] = str(found)
+
     def after_fit(self) -> None:
         """Draw the compression curves of the run that just finished."""
         write_compression_plot(self.trainer)
+
+
+def latest_checkpoint(root: Path, exclude: Path | None = None) -> Path | None:
+    """The most recently written ``version_*/checkpoints/last.ckpt`` under ``root`` (not in ``exclude``), or None."""
+    found = [p for p in root.glob("version_*/checkpoints/last.ckpt") if exclude is None or exclude.resolve() not in p.resolve().parents]
+    return max(found, key=lambda p: p.stat().st_mtime, default=None)
 
 
 def finish_wandb(trainer: Trainer | None) -> None:

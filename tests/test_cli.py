@@ -127,3 +127,17 @@ def test_module_help_prints_only_usage() -> None:
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("usage:") and "{fit,validate,test,predict}" in result.stdout
     assert result.stderr == ""
+
+
+def test_ckpt_path_last_resumes_the_newest_earlier_run_or_says_there_is_none(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    config = ROOT / "configs" / "transformer_tiny.yaml"
+    args = [*_small(config), *FEW_STEPS, "--trainer.default_root_dir", str(tmp_path)]
+    with pytest.raises(ValueError, match=r"--ckpt_path last: no earlier run of this config left a last.ckpt"):
+        ComeraCLI(args=["fit", *args, "--ckpt_path", "last"])
+    first = ComeraCLI(args=["fit", *args])
+    assert first.trainer.global_step == 4
+    resumed = ComeraCLI(args=["fit", *args, "--trainer.max_epochs", "3", "--trainer.max_steps", "100", "--ckpt_path", "last"])
+    assert 4 < resumed.trainer.global_step < 12, "continued from step 4 (from scratch, 3 epochs of 4 steps give 12)"
+    used = Path(resumed.trainer.ckpt_path)
+    assert used.name == "last.ckpt" and used.parent.parent == Path(first.trainer.loggers[0].log_dir)
