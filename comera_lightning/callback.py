@@ -93,25 +93,10 @@ class ComeraCallback(Callback):
         self._resuming: dict[str, Any] | None = None
 
     # ------------------------------------------------------------------ read-outs
-    @property
-    def stage(self) -> str:
-        """``"early"``, ``"late"`` or ``"final"``."""
-        return self.schedule.stage
-
-    @property
-    def prune_events(self) -> int:
-        """How many prunes have run."""
-        return self.schedule.prune_events
-
-    @property
-    def loss_target_value(self) -> float | None:
-        """L₀ of the late stage (None before the switch)."""
-        return self.stage_objective.loss_target
-
-    @property
-    def size_target(self) -> float | None:
-        """S₀ of the late stage (None before the switch)."""
-        return self.stage_objective.size_target
+    stage = property(lambda self: self.schedule.stage, doc='``"early"``, ``"late"`` or ``"final"``.')
+    prune_events = property(lambda self: self.schedule.prune_events, doc="How many prunes have run.")
+    loss_target_value = property(lambda self: self.stage_objective.loss_target, doc="L₀ of the late stage (None before).")
+    size_target = property(lambda self: self.stage_objective.size_target, doc="S₀ of the late stage (None before).")
 
     # ------------------------------------------------------------------ setup / teardown
     @override
