@@ -116,7 +116,7 @@ class ComeraCallback(Callback):
             for message in warnings_:
                 rank_zero_warn(f"ComeraCallback: {message}")
             if pl_module.automatic_optimization:
-                wrap_method(pl_module, "training_step", self._apply_objective)
+                wrap_method(pl_module, "training_step", lambda output: replace_loss(output, self.objective))
 
     def _tensorize(self, pl_module: pl.LightningModule) -> None:
         report = tensorize(pl_module, self.tensorize_config)
@@ -152,9 +152,6 @@ class ComeraCallback(Callback):
         unwrap_methods(pl_module)
 
     # ------------------------------------------------------------------ objective
-    def _apply_objective(self, output: Any) -> Any:
-        return replace_loss(output, self.objective)
-
     def objective(self, task_loss: torch.Tensor) -> torch.Tensor:
         """The current stage's training objective for a task loss ``L`` (docs/METHOD.md §2)."""
         if self.check_finite_loss and not _capturing() and not bool(torch.isfinite(task_loss.detach()).all()):
@@ -244,7 +241,9 @@ class ComeraCallback(Callback):
 
 
 # ---------------------------------------------------------------------- helpers
-LEGACY_TENSORIZE_OPTIONS = ("embedding_max_rank", "num_cores", "embedding_num_cores", "init", "layer_config", "min_compression")
+SHORTCUTS = ("max_rank", "target_modules", "exclude_modules", "gate_threshold")  # tensorize options the callback takes directly
+#: The other tensorize options, still accepted as keywords (deprecated): ``tensorize=TensorizeConfig(...)``.
+LEGACY_TENSORIZE_OPTIONS = tuple(name for name in TensorizeConfig.option_names() if name not in SHORTCUTS)
 
 
 def _tensorize_config(config: TensorizeConfig | Mapping[str, Any] | None, shortcuts: dict[str, Any], legacy: dict[str, Any]) -> TensorizeConfig:

@@ -12,6 +12,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Union
 
+from ._checks import check_number
+
 __all__ = ["INIT_CHOICES", "ModuleRules", "TensorizeConfig"]
 
 ModuleRules = Union[str, list[str], None]
@@ -60,10 +62,8 @@ class TensorizeConfig:
         _check_ranks("embedding_num_cores", self.embedding_num_cores)
         if self.init not in INIT_CHOICES:
             raise ValueError(f"init={self.init!r} is not supported; choose one of {INIT_CHOICES}.")
-        if not _is_number(self.min_compression) or self.min_compression < 0:
-            raise ValueError(f"min_compression must be a number >= 0, got {self.min_compression!r}.")
-        if not _is_number(self.gate_threshold) or not 0 <= self.gate_threshold < 1:
-            raise ValueError(f"gate_threshold must be a number in [0, 1), got {self.gate_threshold!r}.")
+        check_number("min_compression", self.min_compression, 0.0)
+        check_number("gate_threshold", self.gate_threshold, 0.0, 1.0, high_open=True)
         _check_layer_config(self.layer_config or {})
 
     def replace(self, **changes: Any) -> TensorizeConfig:
@@ -86,10 +86,6 @@ class TensorizeConfig:
     def option_names(cls) -> list[str]:
         """The option names, in declaration order."""
         return [f.name for f in dataclasses.fields(cls)]
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _check_ranks(name: str, value: Any) -> None:

@@ -12,8 +12,7 @@ from typing import Any
 import torch
 
 from .._optional import require
-from ..layers import LayerSummary, TTLinear
-from ..layers.contract import format_modes
+from ..layers import TTLinear
 from ..registry import LINEAR_OPTIONS, Converter, build_linear_like, linear_defaults, register_converter
 
 __all__ = ["TTConv1D"]
@@ -23,6 +22,8 @@ Conv1D = require("transformers.pytorch_utils", "Tensorizing Hugging Face Conv1D 
 
 class TTConv1D(TTLinear):
     """A Hugging Face ``Conv1D`` in tensor-train form (same function; ``to_dense_module`` gives a ``Conv1D``)."""
+
+    summary_kind = "conv1d"
 
     def to_dense_module(self) -> Conv1D:
         """A ``Conv1D`` computing the same function (masked gates included)."""
@@ -36,10 +37,6 @@ class TTConv1D(TTLinear):
                 conv.bias.zero_()
         return conv
 
-    def summary(self) -> LayerSummary:
-        """``conv1d``, (in, out), input→output modes, stored ranks."""
-        modes = format_modes(self.in_modes, self.out_modes, "→")
-        return LayerSummary("conv1d", (self.in_features, self.out_features), modes, self.physical_ranks)
 
 
 def _build_conv1d(module: Conv1D, options: dict[str, Any]) -> TTConv1D:

@@ -133,10 +133,13 @@ class TTLinear(TTModule):
         """Parameters of the equivalent ``nn.Linear``."""
         return self.in_features * self.out_features + (self.out_features if self.bias is not None else 0)
 
+    #: What ``summary()`` calls this layer (a subclass standing for another dense type says so).
+    summary_kind = "linear"
+
     def summary(self) -> LayerSummary:
-        """``linear``, (in, out), input→output modes, stored ranks."""
+        """Kind, (in, out), input→output modes, stored ranks."""
         modes = format_modes(self.in_modes, self.out_modes, "→")
-        return LayerSummary("linear", (self.in_features, self.out_features), modes, self.physical_ranks)
+        return LayerSummary(self.summary_kind, (self.in_features, self.out_features), modes, self.physical_ranks)
 
     # ------------------------------------------------------------------ forward
     def _split_cost(self, split: int, tokens: int) -> int:
