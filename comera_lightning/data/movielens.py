@@ -46,6 +46,7 @@ from comera_lightning.data.movielens_files import (  # noqa: F401 - re-exported
     locate_movielens_100k,
     read_atomic_file,
 )
+from comera_lightning.data.resumable import EpochShuffleSampler, ResumableDataLoader
 from comera_lightning.data.splits import SPLITS, resolve_split  # noqa: F401 - SPLITS re-exported
 
 __all__ = ["MovieLensClicksDataModule", "DatasetNotFoundError", "locate_movielens_100k"]
@@ -164,10 +165,12 @@ class MovieLensClicksDataModule(BatchSizeHParams, ClickLogDataModule):
         return self.test_dataloader()
 
     def _loader(self, split: str, batch_size: int, *, shuffle: bool, drop_last: bool) -> DataLoader:
-        return DataLoader(
-            self.dataset(split),
+        data = self.dataset(split)
+        loader = ResumableDataLoader if shuffle else DataLoader  # training resumes mid-epoch in the same order
+        return loader(
+            data,
             batch_size=batch_size,
-            shuffle=shuffle,
+            sampler=EpochShuffleSampler(data, seed=self.hparams.seed) if shuffle else None,
             drop_last=drop_last,
             collate_fn=ClickCollate(self.feature_names),
             num_workers=self.hparams.num_workers,

@@ -79,7 +79,8 @@ class PairCollator:
 
 class LengthBucketBatchSampler(BatchSampler):
     """Batches of similar lengths: take `batch_size * bucket_size_multiplier` indices from `sampler`, sort them
-    by length, cut into batches, and (if `shuffle`) shuffle the batch order with a seeded generator.
+    by length, cut into batches, and (if `shuffle`) shuffle the batch order with a generator seeded by `seed`
+    and the epoch (the sampler's `epoch`, set by Lightning, else the number of iterations so far).
 
     It keeps `BatchSampler`'s `(sampler, batch_size, drop_last)` arguments, so Lightning can swap in a
     `DistributedSampler` under DDP; the sampler's order decides which examples share a bucket.
@@ -113,10 +114,12 @@ class LengthBucketBatchSampler(BatchSampler):
             batches.extend(chunk[i:i + self.batch_size] for i in range(0, len(chunk), self.batch_size))
         if self.drop_last and batches and len(batches[-1]) < self.batch_size:
             batches.pop()
+        epoch = getattr(self.sampler, "epoch", None)
+        epoch = self._iterations if epoch is None else epoch
         if self.shuffle:
-            generator = torch.Generator().manual_seed(self.seed + 1_000_003 * self._iterations)
+            generator = torch.Generator().manual_seed(self.seed + 1_000_003 * epoch)
             batches = [batches[i] for i in torch.randperm(len(batches), generator=generator).tolist()]
-        self._iterations += 1
+        self._iterations = epoch + 1
         yield from batches
 
     def __len__(self) -> int:

@@ -52,6 +52,7 @@ from comera_lightning.data.mnli import (  # noqa: F401 - re-exported
 )
 from comera_lightning.data.pair_batching import EncodedPairs, LengthBucketBatchSampler, PairCollator
 from comera_lightning.data.pair_split import PairSplit
+from comera_lightning.data.resumable import ResumableDataLoader
 from comera_lightning.data.splits import SPLITS, SplitDict, resolve_split  # noqa: F401 - SPLITS re-exported
 from comera_lightning.data.text_base import TokenizedTextDataModule
 from comera_lightning.data.tokenizer import load_or_train_wordpiece
@@ -205,7 +206,8 @@ class SentencePairDataModule(TokenizedTextDataModule):
             self._sampler(data, shuffle), batch_size, drop_last, lengths=data.lengths,
             bucket_size_multiplier=self.hparams.bucket_size_multiplier, shuffle=shuffle, seed=self.hparams.seed,
         )
-        return DataLoader(data, batch_sampler=batch_sampler, collate_fn=self.collate_fn(split), **self._worker_kwargs())
+        loader = ResumableDataLoader if shuffle else DataLoader
+        return loader(data, batch_sampler=batch_sampler, collate_fn=self.collate_fn(split), **self._worker_kwargs())
 
     def _load_raw_splits(self) -> dict[str, PairSplit]:
         hp = self.hparams

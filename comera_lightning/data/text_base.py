@@ -12,11 +12,11 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 import lightning.pytorch as pl
-import torch
 from tokenizers import Tokenizer
-from torch.utils.data import DataLoader, Dataset, RandomSampler, Sampler, SequentialSampler
+from torch.utils.data import DataLoader, Dataset, Sampler, SequentialSampler
 
 from comera_lightning.data.hparams import BatchSizeHParams
+from comera_lightning.data.resumable import EpochShuffleSampler, ResumableDataLoader
 from comera_lightning.data.splits import SPLITS, STAGE_SPLITS, resolve_split
 
 __all__ = ["TokenizedTextDataModule"]
@@ -121,10 +121,8 @@ class TokenizedTextDataModule(BatchSizeHParams, pl.LightningDataModule, metaclas
     # ---- loaders
 
     def _sampler(self, data: Dataset, shuffle: bool) -> Sampler[int]:
-        """A shuffle seeded by the ``seed`` hyper-parameter (new order each epoch, same on every run), or in order."""
-        if shuffle:
-            return RandomSampler(data, generator=torch.Generator().manual_seed(self.hparams.seed))
-        return SequentialSampler(data)
+        """A shuffle seeded by the ``seed`` hyper-parameter and the epoch (same on every run and on resume), or in order."""
+        return EpochShuffleSampler(data, seed=self.hparams.seed) if shuffle else SequentialSampler(data)
 
     def _worker_kwargs(self) -> dict[str, Any]:
         num_workers = self.hparams.num_workers
@@ -132,5 +130,6 @@ class TokenizedTextDataModule(BatchSizeHParams, pl.LightningDataModule, metaclas
 
     def _loader(self, split: str, batch_size: int, *, shuffle: bool, drop_last: bool) -> DataLoader:
         data = self.dataset(split)
-        return DataLoader(data, batch_size=batch_size, sampler=self._sampler(data, shuffle), drop_last=drop_last,
-                          collate_fn=self.collate_fn(split), **self._worker_kwargs())
+        loader = ResumableDataLoader if shuffle else DataLoader  # training resumes mid-epoch in the same order
+        return loader(data, batch_size=batch_size, sampler=self._sampler(data, shuffle), drop_last=drop_last,
+                      collate_fn=self.collate_fn(split), **self._worker_kwargs())

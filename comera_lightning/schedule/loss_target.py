@@ -59,6 +59,19 @@ class LossTarget:
             return None
         return float(self._sum / self._count)
 
+    def state_dict(self) -> dict[str, torch.Tensor | None]:
+        """The epoch's running sum and count so far (a resume mid-epoch continues the same mean)."""
+        if self._count is None:
+            return {"epoch_sum": None, "epoch_count": None}
+        return {"epoch_sum": self._sum.detach().cpu().clone(), "epoch_count": self._count.detach().cpu().clone()}
+
+    def load_state_dict(self, state: dict[str, torch.Tensor | None], device: torch.device | str = "cpu") -> None:
+        """Restore ``state_dict()`` output on ``device``."""
+        if state.get("epoch_count") is None:
+            self._sum = self._count = None
+            return
+        self._sum, self._count = state["epoch_sum"].to(device), state["epoch_count"].to(device)
+
     def check_logged(self, metrics: Mapping[str, Any], when: str) -> None:
         """Fail early (not at the stage switch) when ``metric`` names something that is not logged."""
         if self.value is None and self.metric not in (None, TRAIN_LOSS_TARGET) and self.metric not in metrics:

@@ -17,7 +17,8 @@ from .._checks import check_count, check_exclusive
 __all__ = ["STAGES", "StageSchedule"]
 
 STAGES = ("early", "late", "final")
-_PROGRESS = ("stage", "early_epochs_resolved", "late_start_epoch", "late_start_step", "last_prune_step", "prune_events")
+_PROGRESS = ("stage", "early_epochs_resolved", "late_start_epoch", "late_start_step", "last_prune_step", "prune_events",
+             "epochs_ended")
 
 
 class StageSchedule:
@@ -58,6 +59,7 @@ class StageSchedule:
         self.late_start_step: int | None = None
         self.last_prune_step = -1
         self.prune_events = 0
+        self.epochs_ended: int | None = 0  # epoch ends handled; None: unknown (a checkpoint from before 0.3)
 
     def resolve(self, max_epochs: int | None) -> tuple[list[str], list[str]]:
         """Fix the default early stage from the Trainer's ``max_epochs``; returns (information, warnings) for the user."""
@@ -87,6 +89,7 @@ class StageSchedule:
 
     def after_epoch(self, epochs_done: int) -> str | None:
         """The epoch-based event due once ``epochs_done`` epochs have finished, if any."""
+        self.epochs_ended = epochs_done
         if self.stage == "early":
             early = self.early_epochs_resolved
             return "switch" if early is not None and epochs_done >= early else None
@@ -129,5 +132,6 @@ class StageSchedule:
                 stacklevel=2,
             )
             state = {**state, "early_epochs_resolved": self.early_epochs}
+        state = {"epochs_ended": None, **state}
         for key, value in state.items():
             setattr(self, key, value)
