@@ -19,11 +19,13 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from lightning.pytorch.utilities.model_helpers import is_overridden
 from typing_extensions import override
 
 from .checkpoint import install_checkpoint_loading
+from .checkpoint_io import AtomicCheckpointIO
 from .compression_logging import compression_metrics, log_rank_table, warn_rank0
 from .gate_optimizer import DEFAULT_GATE_LR, GateOptimizer, drop_gates_from_saved_states
 from .module_hooks import non_finite_error, replace_loss, unwrap_methods, wrap_method
@@ -108,6 +110,7 @@ class ComeraCallback(Callback):
         """Check the run is supported; tensorize now, or right after ``configure_model`` when the module has one."""
         self._trainer = trainer
         _check_supported(trainer, pl_module, self.allow_manual_optimization)
+        _use_atomic_checkpoints(trainer)
         if is_overridden("configure_model", pl_module, pl.LightningModule):
             wrap_method(pl_module, "configure_model", lambda result: self._tensorize(pl_module))
         else:
@@ -320,6 +323,12 @@ def _check_supported(trainer: pl.Trainer, pl_module: pl.LightningModule, allow_m
             "objective for you. Pass allow_manual_optimization=True and call `loss = callback.objective(loss)` "
             "before `self.manual_backward(loss)`."
         )
+
+
+def _use_atomic_checkpoints(trainer: pl.Trainer) -> None:
+    """Swap Lightning's default checkpoint writer for one that never leaves a truncated file (a custom one is kept)."""
+    if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:
+        trainer.strategy.checkpoint_io = AtomicCheckpointIO()
 
 
 def _mean_over_ranks(trainer: pl.Trainer, value: float) -> float:
