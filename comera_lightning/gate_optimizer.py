@@ -13,7 +13,7 @@ normalises the step anyway); a step whose gate gradients are not finite is skipp
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -34,7 +34,7 @@ class GateOptimizer:
         check_number("gate_lr", lr, 0.0, low_open=True)
         self.lr, self.betas, self.eps = float(lr), tuple(betas), float(eps)
         self.optimizer: torch.optim.Adam | None = None
-        self.grad_scale: Callable[[], float | None] = lambda: None  # e.g. a GradScaler's current scale
+        self.scaler: Any = None  # the GradScaler whose scale is on the gate gradients (attributes only: ddp_spawn pickles this)
         self._hook: Any = None
         self._pending: dict[str, Any] | None = None
         self.removed: list[list[tuple[list[int], int]]] = []  # per optimizer, per group: where the gates were
@@ -55,7 +55,7 @@ class GateOptimizer:
         if self._pending is not None and _state_fits(self._pending, gates):  # else: another model's gates
             self._load(self._pending)
         self._pending = None
-        self._hook = host.register_step_post_hook(lambda *_: self.step())
+        self._hook = host.register_step_post_hook(self._after_host_step)
 
     def _load(self, state: dict[str, Any]) -> None:
         """Load Adam's moments; the settings (lr, betas, eps, capturable) stay the current ones, not the saved ones."""
@@ -65,8 +65,14 @@ class GateOptimizer:
 
     def follow_scaler(self, scaler: Any) -> None:
         """Undo this ``torch.amp.GradScaler``'s scale on the gate gradients (None or disabled: nothing to undo)."""
-        enabled = scaler is not None and scaler.is_enabled()
-        self.grad_scale = scaler.get_scale if enabled else (lambda: None)
+        self.scaler = scaler if scaler is not None and scaler.is_enabled() else None
+
+    def grad_scale(self) -> float | None:
+        """The scale on the gate gradients (None: unscaled)."""
+        return self.scaler.get_scale() if self.scaler is not None else None
+
+    def _after_host_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        self.step()
 
     def detach(self) -> None:
         """Stop following the host optimizer; the gates' Adam state is kept for ``state_dict`` and the next ``attach``."""

@@ -82,7 +82,7 @@ def test_gradient_scale_is_undone_before_the_gate_step():
     grads = [g.grad.clone() for g in gates]
     plain.detach()
     scaled.attach(gates, [torch.optim.SGD(model.parameters(), lr=0.0)])
-    scaled.grad_scale = lambda: 8.0
+    scaled.follow_scaler(torch.amp.GradScaler("cpu", init_scale=8.0))
     for g, grad in zip(gates, grads):
         g.grad = grad * 8.0
     scaled.step()
@@ -139,7 +139,7 @@ def test_a_step_with_non_finite_gate_gradients_is_skipped_under_a_scaler():
     model, gates = tensorized()
     gate_opt = GateOptimizer(lr=0.1)
     gate_opt.attach(gates, [torch.optim.SGD(model.parameters(), lr=0.0)])
-    gate_opt.grad_scale = lambda: 1024.0
+    gate_opt.follow_scaler(torch.amp.GradScaler("cpu", init_scale=1024.0))
     before = [g.detach().clone() for g in gates]
     for g in gates:
         g.grad = torch.full_like(g, float("inf"))

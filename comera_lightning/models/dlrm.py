@@ -235,7 +235,7 @@ class DLRMClassifier(LightningModule):
         metrics["ne"].update(logits.detach(), labels)
         training = stage == "train"
         size = batch.batch_size
-        self.log(f"{stage}/loss", loss, on_step=training, on_epoch=True, prog_bar=True, batch_size=size)
+        self.log(f"{stage}/loss", loss, on_step=training, on_epoch=True, prog_bar=True, batch_size=size, sync_dist=not training)
         for name, metric in metrics.items():
             self.log(f"{stage}/{name}", metric, on_step=False, on_epoch=True, prog_bar=name == "auc", batch_size=size)
         return loss

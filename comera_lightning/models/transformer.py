@@ -111,7 +111,8 @@ class SentencePairClassifier(LightningModule):
         metric(logits.argmax(dim=-1), labels)
         on_epoch = stage != "train"
         batch_size = labels.shape[0]
-        self.log(f"{stage}/loss", loss, on_step=not on_epoch, on_epoch=on_epoch, prog_bar=True, batch_size=batch_size)
+        # sync_dist: under DDP every process reports the mean over all of them (each saw its own shard)
+        self.log(f"{stage}/loss", loss, on_step=not on_epoch, on_epoch=on_epoch, prog_bar=True, batch_size=batch_size, sync_dist=on_epoch)
         self.log(f"{stage}/acc", metric, on_step=not on_epoch, on_epoch=on_epoch, prog_bar=True, batch_size=batch_size)
         return loss
 
