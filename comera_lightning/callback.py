@@ -32,6 +32,7 @@ from .module_hooks import non_finite_error, replace_loss, unwrap_methods, wrap_m
 from .data.resumable import record_consumed_batches
 from .rank import prune_, tt_layers
 from .resume import capture_rng_state, missed_epoch_end, restore_rng_state, run_missed_validation
+from .resume_settings import callback_settings, warn_changed_settings
 from .schedule import ComeraObjective, LossTarget, StageSchedule
 from .schedule.legacy import from_flat_state
 from .tensorize import tensorize
@@ -263,6 +264,7 @@ class ComeraCallback(Callback):
         return {
             "schedule": self.schedule.state_dict(), "objective": self.stage_objective.state_dict(),
             "gates": self.gate_optimizer.state_dict(), "loss_target": self.loss_target.state_dict(), "rng": capture_rng_state(),
+            "settings": callback_settings(self),
         }
 
     @override
@@ -272,6 +274,7 @@ class ComeraCallback(Callback):
         unknown = set(state) - set(_STATE_KEYS)
         if unknown:
             raise KeyError(f"ComeraCallback state has unknown keys {sorted(unknown)}; expected {list(_STATE_KEYS)}.")
+        warn_changed_settings(state.get("settings"), callback_settings(self))
         self.schedule.load_state_dict(state["schedule"])
         self.stage_objective.load_state_dict(state["objective"])
         self.gate_optimizer.load_state_dict(state.get("gates"))
@@ -280,7 +283,7 @@ class ComeraCallback(Callback):
 
 
 # ---------------------------------------------------------------------- helpers
-_STATE_KEYS = ("schedule", "objective", "gates", "loss_target", "rng")
+_STATE_KEYS = ("schedule", "objective", "gates", "loss_target", "rng", "settings")
 SHORTCUTS = ("max_rank", "target_modules", "exclude_modules", "gate_threshold")  # tensorize options the callback takes directly
 #: The other tensorize options, still accepted as keywords (deprecated): ``tensorize=TensorizeConfig(...)``.
 LEGACY_TENSORIZE_OPTIONS = tuple(name for name in TensorizeConfig.option_names() if name not in SHORTCUTS)

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from comera_lightning import ComeraCallback
@@ -141,3 +142,22 @@ def test_ckpt_path_last_resumes_the_newest_earlier_run_or_says_there_is_none(tmp
     assert 4 < resumed.trainer.global_step < 12, "continued from step 4 (from scratch, 3 epochs of 4 steps give 12)"
     used = Path(resumed.trainer.ckpt_path)
     assert used.name == "last.ckpt" and used.parent.parent == Path(first.trainer.loggers[0].log_dir)
+
+
+def test_a_run_resumed_from_the_cli_ends_where_the_uninterrupted_run_ends(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """transformer_tiny (dropout, shuffled length buckets): resumed from step 6 of 12, mid-epoch, same weights."""
+    monkeypatch.chdir(tmp_path)
+    config = ROOT / "configs" / "transformer_tiny.yaml"
+    args = [*_small(config), "--trainer.default_root_dir", str(tmp_path), "--trainer.max_epochs", "3", "--trainer.max_steps", "12",
+            "--trainer.limit_val_batches", "1", "--trainer.enable_progress_bar", "false", "--trainer.log_every_n_steps", "1",
+            "--comera.early_epochs", "null", "--comera.late_epochs", "null", "--comera.prune_every_n_epochs", "null",
+            "--comera.early_steps", "4", "--comera.prune_every_n_steps", "3", "--comera.gate_lr", "0.3"]
+    every3 = ["--trainer.callbacks+=lightning.pytorch.callbacks.ModelCheckpoint", "--trainer.callbacks.every_n_train_steps=3",
+              "--trainer.callbacks.save_top_k=-1", f"--trainer.callbacks.dirpath={tmp_path / 'every3'}"]
+    straight = ComeraCLI(args=["fit", *args, *every3])
+    resumed = ComeraCLI(args=["fit", *args, "--ckpt_path", str(next((tmp_path / "every3").glob("*step=6.ckpt")))])
+    assert resumed.trainer.global_step == straight.trainer.global_step == 12
+    comera = [next(c for c in cli.trainer.callbacks if isinstance(c, ComeraCallback)) for cli in (straight, resumed)]
+    assert comera[0].prune_events >= 2 and comera[0].schedule.state_dict() == comera[1].schedule.state_dict()
+    for (name, a), b in zip(straight.model.state_dict().items(), resumed.model.state_dict().values()):
+        torch.testing.assert_close(b, a, rtol=0, atol=1e-5, msg=name)

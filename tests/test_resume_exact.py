@@ -4,6 +4,8 @@ The module has dropout and a shuffled (resumable) training loader, so the RNG an
 must be restored too. 16 batches an epoch; checkpoints every 8 steps (written in on_train_batch_end).
 """
 
+import warnings
+
 import lightning as L
 import pytest
 import torch
@@ -65,3 +67,23 @@ def test_a_missed_epoch_end_replays_its_validation(tmp_path):
     ckpt = tmp_path / "every8" / "epoch=1-step=32.ckpt"
     _, cb, _, resumed = _run(tmp_path / "resumed", EPOCH_BASED, ckpt_path=ckpt, max_epochs=3)
     assert cb.stage == "late" and cb.loss_target_value == pytest.approx(val_loss, abs=0), "L₀ from the replayed validation"
+
+
+def test_settings_given_now_win_over_the_checkpoints_with_one_warning(tmp_path):
+    def fit(ckpt_path=None, **changes):
+        L.seed_everything(0)
+        cb = callback(**{**EPOCH_BASED, **changes})
+        saver = ModelCheckpoint(dirpath=tmp_path / "c", save_last=True)
+        trainer(tmp_path, [cb, saver], max_epochs=3).fit(PlainClassifier(), *loaders(), ckpt_path=ckpt_path)
+        return cb
+
+    first = fit()
+    with warnings.catch_warnings(record=True) as unchanged:
+        warnings.simplefilter("always")
+        fit(ckpt_path=tmp_path / "c" / "last.ckpt")
+    assert not [w for w in unchanged if "differ from the checkpoint's" in str(w.message)], "same settings: no warning"
+    with pytest.warns(UserWarning, match=r"target_ratio: checkpoint 0.3, now 0.5; gate_lr: checkpoint 0.03, now 0.1") as record:
+        resumed = fit(ckpt_path=tmp_path / "c" / "last.ckpt", target_ratio=0.5, gate_lr=0.1)
+    assert sum("differ from the checkpoint's" in str(w.message) for w in record) == 1
+    assert resumed.stage_objective.target_ratio == 0.5 and resumed.gate_optimizer.lr == 0.1
+    assert resumed.loss_target_value == first.loss_target_value, "progress (L₀) comes from the checkpoint"

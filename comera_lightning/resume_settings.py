@@ -1,0 +1,53 @@
+"""Arguments given now versus those of the checkpoint being resumed (docs/DESIGN.md "Checkpoints and resume").
+
+Precedence: a checkpoint carries *progress* (stage, L₀ and S₀, prune count, ranks, weights, the
+gates' Adam moments); the *settings* (schedule lengths, weights of the objective, ``gate_lr``,
+``tensorize`` options other than the layers' shapes) are the ones given now. When they differ
+from the checkpoint's, one warning names each difference, so a changed config is never silent.
+The layers' shapes always come from the checkpoint (its weights); a checkpoint whose tensorized
+layers or mode factorisations differ from the model's fails at load time.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["callback_settings", "warn_changed_settings"]
+
+
+def callback_settings(callback: Any) -> dict[str, Any]:
+    """The ComeraCallback arguments that shape training from now on (not its progress)."""
+    schedule, objective, target = callback.schedule, callback.stage_objective, callback.loss_target
+    return {
+        "early_epochs": schedule.early_epochs, "early_steps": schedule.early_steps,
+        "late_epochs": schedule.late_epochs, "late_steps": schedule.late_steps,
+        "prune_every_n_epochs": schedule.prune_every_n_epochs, "prune_every_n_steps": schedule.prune_every_n_steps,
+        "target_ratio": objective.target_ratio, "rank_weight": objective.rank_weight,
+        "loss_weight": objective.loss_weight, "size_weight": objective.size_weight, "size_surrogate": objective.surrogate,
+        "loss_target": target.value, "loss_target_metric": target.metric, "gate_lr": callback.gate_optimizer.lr,
+        "tensorize": callback.tensorize_config.to_dict(),
+    }
+
+
+def warn_changed_settings(saved: Mapping[str, Any] | None, now: Mapping[str, Any]) -> list[str]:
+    """Warn once about every setting given now that differs from the checkpoint's; returns the differences."""
+    if not saved:
+        return []
+    changes = []
+    for key, value in now.items():
+        if key == "tensorize":
+            changes += [f"tensorize.{k}: checkpoint {saved[key].get(k)!r}, now {v!r}"
+                        for k, v in value.items() if k in saved.get(key, {}) and saved[key][k] != v]
+        elif key in saved and saved[key] != value:
+            changes.append(f"{key}: checkpoint {saved[key]!r}, now {value!r}")
+    if changes:
+        warnings.warn(
+            "ComeraCallback resumes with settings that differ from the checkpoint's: " + "; ".join(changes) + ". "
+            "The settings given now are used from here on; the checkpoint's progress (stage, targets, ranks, weights) "
+            "is kept. To continue exactly as before, give the checkpoint's values.",
+            UserWarning,
+            stacklevel=2,
+        )
+    return changes
