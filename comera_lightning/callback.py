@@ -27,9 +27,9 @@ from typing_extensions import override
 from .checkpoint import install_checkpoint_loading
 from .checkpoint_io import AtomicCheckpointIO
 from .compression_logging import compression_metrics, log_rank_table, warn_rank0
+from .data.resumable import record_consumed_batches
 from .gate_optimizer import DEFAULT_GATE_LR, GateOptimizer, drop_gates_from_saved_states
 from .module_hooks import non_finite_error, replace_loss, unwrap_methods, wrap_method
-from .data.resumable import record_consumed_batches
 from .rank import prune_, tt_layers
 from .resume import capture_rng_state, missed_epoch_end, restore_rng_state, run_missed_validation
 from .resume_settings import callback_settings, warn_changed_settings
