@@ -61,7 +61,7 @@ def test_cpu_fit_with_callback_and_pruning_matches_the_default_strategy(tmp_path
     assert strategy.refusal == "no CUDA device (training on cpu)"
     assert caplog.text.count("CUDAGraphStrategy: no CUDA device") == 1, "the reason is said once"
     assert cb.stage == "late" and cb.prune_events >= 2
-    assert strategy.graph_cache.invalidations == cb.prune_events, "every prune (stage switch included) invalidates"
+    assert strategy.graph_cache.invalidations == 0, "graphs are off on CPU: nothing to drop"
     assert sum(model.encoder[0].physical_ranks) < 4 + 8 + 8 + 8 + 8, "ranks shrink physically"
     assert all(torch.isfinite(p).all() for p in model.parameters())
 
@@ -73,7 +73,7 @@ def test_cpu_fit_with_callback_and_pruning_matches_the_default_strategy(tmp_path
 def test_cpu_fit_with_came_and_a_step_schedule(tmp_path):
     cb = callback(early_steps=4, late_steps=6, prune_every_n_steps=2)
     model, cb, trainer = fit(tmp_path, CUDAGraphStrategy(), model=PlainClassifier(optimizer="came"), cb=cb, max_steps=12)
-    assert cb.stage == "final" and trainer.strategy.graph_cache.invalidations == cb.prune_events >= 3
+    assert cb.stage == "final" and cb.prune_events >= 3
     assert all(torch.isfinite(p).all() for p in model.parameters())
 
 
@@ -138,7 +138,7 @@ def test_tiny_transformer_config_selects_the_strategy_through_the_cli(tmp_path, 
     ])
     strategy = cli.trainer.strategy
     assert isinstance(strategy, CUDAGraphStrategy) and strategy.buckets == [32, 64]
-    assert cli.trainer.global_step == 3 and strategy.graph_cache.invalidations >= 2
+    assert cli.trainer.global_step == 3 and strategy.refusal == "no CUDA device (training on cpu)"
 
 
 # ---------------------------------------------------------------------------------------- compile (removed)

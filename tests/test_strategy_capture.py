@@ -16,6 +16,7 @@ from comera_lightning.strategy.capture import (
     EAGER,
     REPLAY,
     WARMUP,
+    DeferredCall,
     GraphCache,
     StepGraph,
     UncapturableBatch,
@@ -87,7 +88,7 @@ def test_step_graph_static_batch_and_reissued_outputs_without_cuda():
     assert entry.static_batch["x"].eq(1).all() and entry.static_batch["y"].eq(1).all()
     seen = []
     entry.outputs = {"loss": torch.tensor(2.0), "n": 3}
-    entry.deferred = [(seen.append, ("logged",), {})]
+    entry.deferred = [DeferredCall(seen.append, ("logged",), {}, None)]
     out = entry.reissue()
     assert seen == ["logged"] and out["n"] == 3
     assert out["loss"] is not entry.outputs["loss"] and out["loss"].item() == 2.0, "a copy: the next replay overwrites"
@@ -101,12 +102,12 @@ def test_deferring_records_log_and_metric_calls_then_restores_them():
         module.log("train_loss", torch.tensor(1.0), on_step=True)
         module.acc(preds, target)
         module.acc.update(preds, target)
-    assert [fn.__name__ for fn, _, _ in calls] == ["log", "forward", "update"]
-    assert calls[0][1][0] == "train_loss" and calls[0][2] == {"on_step": True}
+    assert [call.fn.__name__ for call in calls] == ["log", "forward", "update"]
+    assert calls[0].args[0] == "train_loss" and calls[0].kwargs == {"on_step": True}
     assert module.acc.update_count == 0, "nothing ran while recording"
     assert "log" not in module.__dict__ and "forward" not in module.acc.__dict__, "originals are back"
-    for fn, args, kwargs in calls[1:]:
-        fn(*args, **kwargs)
+    for call in calls[1:]:
+        call.run()
     assert module.acc.update_count == 2 and module.acc.compute() == pytest.approx(2 / 3)
 
 
