@@ -9,7 +9,7 @@ import pytest
 import torch
 from graph_helpers import MemoryLogger, assert_same_weights, comera, eager, graphed, run
 from plain_modules import PlainClassifier, loaders
-from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 
 from comera_lightning import CUDAGraphStrategy, TTLinear
 from comera_lightning.schedule import ComeraObjective
@@ -146,13 +146,25 @@ def test_4_graphs_share_one_pool_until_the_next_invalidation(graphs):
     assert later and all(g.pool is later[0].pool for g in later) and later[0].pool is not first[0].pool
 
 
+class GraphsKept(Callback):
+    """How many graphs the strategy holds after each step where graphs were off."""
+
+    def __init__(self):
+        self.after_refusal: list[int] = []
+
+    def on_train_batch_end(self, trainer, *args):
+        if trainer.strategy.refusal is not None:
+            self.after_refusal.append(len(trainer.strategy.graph_cache.graphs))
+
+
 def test_4_a_failed_capture_frees_the_graphs_already_captured(graphs):
     data = loaders(n=80, batch_size=32)
     graphs.fail_capture_number = 2  # the second key's capture runs out of memory
+    kept = GraphsKept()
     with pytest.warns(UserWarning, match="capturing the training step failed .*OutOfMemoryError"):
-        model, trainer = run(graphed(), data=data, max_steps=20)
-    strategy = trainer.strategy
-    assert strategy.refusal.startswith("capturing the training step failed") and not strategy.graph_cache.graphs
+        model, trainer = run(graphed(), data=data, max_steps=20, callbacks=[kept])
+    assert trainer.strategy.refusal.startswith("capturing the training step failed")
+    assert kept.after_refusal and set(kept.after_refusal) == {0}, "the first key's graph was freed with the failure"
     reference, _ = run(eager(), data=data, max_steps=20)
     assert_same_weights(model, reference)
 

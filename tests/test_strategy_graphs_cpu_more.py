@@ -42,7 +42,7 @@ class MetricClassifier(PlainClassifier):
         return nn.functional.cross_entropy(logits, y)
 
     def on_before_optimizer_step(self, optimizer):
-        self.log("grad_norm", self.head.weight.grad.norm())
+        self.log("grad_norm", self.head.weight.grad.norm(), on_step=True, on_epoch=True)
 
 
 # ---------------------------------------------------------------------------------------- 6: host syncs
@@ -76,9 +76,9 @@ def test_7_logs_of_the_hooks_inside_the_step_follow_every_replay(graphs):
     for name, strategy in (("graph", graphed()), ("eager", eager())):
         logs[name] = MemoryLogger()
         run(strategy, MetricClassifier, logger=logs[name])
-    for metric in ("grad_norm", "train_acc"):
+    for metric, times in (("grad_norm_step", 16), ("grad_norm_epoch", 1), ("train_acc", 16)):
         graph, reference = logs["graph"].series(metric), logs["eager"].series(metric)
-        assert len(graph) == 16 and graph.keys() == reference.keys(), f"{metric} logged at steps {sorted(graph)}"
+        assert len(graph) == times and graph.keys() == reference.keys(), f"{metric} logged at steps {sorted(graph)}"
         torch.testing.assert_close(torch.tensor(list(graph.values())), torch.tensor(list(reference.values())), rtol=1e-4, atol=1e-5)
 
 
