@@ -21,7 +21,7 @@ from comera_lightning.strategy.graph_cache import CAPTURE, EAGER, REPLAY, WARMUP
 
 __all__ = [
     "CAPTURE", "EAGER", "REPLAY", "WARMUP", "DeferredCall", "GraphCache", "StepGraph", "UncapturableBatch",
-    "batch_key", "deferring", "make_capturable_", "pad_to_bucket",
+    "batch_key", "check_bucket_options", "deferring", "make_capturable_", "pad_to_bucket", "skip_argument_checks",
 ]
 
 _MISSING = object()
@@ -54,6 +54,20 @@ def batch_key(batch: Any) -> tuple:
     return tuple(
         (path, None) if t is None else (path, tuple(t.shape), t.dtype, str(t.device)) for path, t in _leaves(batch)
     )
+
+
+def check_bucket_options(buckets: Sequence[int] | None, pad_values: Mapping[str, float] | None) -> None:
+    """Raise a ValueError naming the fix for ``buckets``/``pad_values`` that do not go together."""
+    if buckets is not None:
+        if not buckets or any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in buckets):
+            raise ValueError(f"buckets must be a non-empty list of positive sequence lengths, got {buckets!r}.")
+        if not pad_values:
+            raise ValueError(
+                "buckets need pad_values naming the batch keys to pad and their pad value, "
+                "e.g. {input_ids: 0, attention_mask: 0, token_type_ids: 0}."
+            )
+    elif pad_values:
+        raise ValueError(f"pad_values={pad_values!r} is only used with buckets; set buckets (e.g. [64, 128]) too.")
 
 
 def pad_to_bucket(batch: Any, buckets: Sequence[int], pad_values: Mapping[str, float]) -> Any:
@@ -168,6 +182,17 @@ def deferring(module: nn.Module) -> Iterator[list[DeferredCall]]:
                 del obj.__dict__[name]
             else:
                 obj.__dict__[name] = value
+
+
+def skip_argument_checks(module: nn.Module) -> list[Metric]:
+    """Turn off ``validate_args`` (a host sync: ``torch.unique``) of ``module``'s metrics; returns those changed.
+
+    Replays re-issue the metric calls of the captured step; the eager steps before it checked them.
+    """
+    changed = [m for m in module.modules() if isinstance(m, Metric) and getattr(m, "validate_args", False)]
+    for metric in changed:
+        metric.validate_args = False
+    return changed
 
 
 def make_capturable_(optimizer: torch.optim.Optimizer) -> dict[int, Tensor]:

@@ -30,10 +30,18 @@ from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torch import Tensor
 from torchmetrics import Metric
 
-from comera_lightning.strategy.capture import StepGraph, UncapturableBatch, batch_key, deferring, pad_to_bucket
+from comera_lightning.strategy.capture import (
+    StepGraph,
+    UncapturableBatch,
+    batch_key,
+    check_bucket_options,
+    deferring,
+    pad_to_bucket,
+    skip_argument_checks,
+)
 from comera_lightning.strategy.graph_cache import CAPTURE, EAGER, REPLAY, WARMUP, GraphCache
 from comera_lightning.strategy.hyperparams import GraphedOptimizer, plain_checkpoint
-from comera_lightning.strategy.step_checks import NonFiniteFlag, graph_device
+from comera_lightning.strategy.step_checks import NonFiniteFlag, graph_device, run_refusal
 
 __all__ = ["COMPILE_REMOVED", "CUDAGraphStrategy"]
 
@@ -79,19 +87,8 @@ class CUDAGraphStrategy(SingleDeviceStrategy):
     ) -> None:
         if compile:
             warnings.warn(COMPILE_REMOVED, DeprecationWarning, stacklevel=2)
-        for name, value in (("warmup_steps", warmup_steps), ("max_graphs", max_graphs)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {value!r}.")
-        if buckets is not None:
-            if not buckets or any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in buckets):
-                raise ValueError(f"buckets must be a non-empty list of positive sequence lengths, got {buckets!r}.")
-            if not pad_values:
-                raise ValueError(
-                    "buckets need pad_values naming the batch keys to pad and their pad value, "
-                    "e.g. {input_ids: 0, attention_mask: 0, token_type_ids: 0}."
-                )
-        elif pad_values:
-            raise ValueError(f"pad_values={pad_values!r} is only used with buckets; set buckets (e.g. [64, 128]) too.")
+        check_bucket_options(buckets, pad_values)
+        self.graph_cache = GraphCache(warmup_steps, max_graphs)  # checks both
         super().__init__(
             device=device if device is not None else "cpu",
             accelerator=accelerator, checkpoint_io=checkpoint_io, precision_plugin=precision_plugin,
@@ -100,7 +97,6 @@ class CUDAGraphStrategy(SingleDeviceStrategy):
         self.cuda_graphs, self.check_finite_loss = cuda_graphs, check_finite_loss
         self.buckets = sorted(set(buckets)) if buckets else None
         self.pad_values = dict(pad_values or {})
-        self.graph_cache = GraphCache(warmup_steps, max_graphs)
         self.refusal: str | None = "training has not started"  # why steps run eagerly (None: graphs on)
         self._said: set[str] = set()
         self._mode: str | None = None  # CAPTURE / REPLAY while optimizer_step runs Lightning's closure
@@ -125,31 +121,16 @@ class CUDAGraphStrategy(SingleDeviceStrategy):
         cuda = isinstance(accelerator, CUDAAccelerator) or (accelerator is None and torch.cuda.is_available())
         trainer = getattr(self._lightning_module, "_trainer", None)
         requested = getattr(getattr(trainer, "_accelerator_connector", None), "_parallel_devices", None) or []
-        return graph_device(None, cuda, requested)
+        return graph_device(cuda, requested)
 
     # ------------------------------------------------------------------ when graphs apply
     def capture_refusal(self, trainer: pl.Trainer) -> str | None:
         """Why this run's training steps cannot be captured (``None``: they can)."""
-        module = trainer.lightning_module
         if not self.cuda_graphs:
             return "cuda_graphs=False"
         if self.root_device.type != "cuda":
             return f"no CUDA device (training on {self.root_device.type})"
-        if not module.automatic_optimization:
-            return "manual optimization: only Lightning's automatic optimization step can be captured"
-        if trainer.accumulate_grad_batches > 1:
-            return f"accumulate_grad_batches={trainer.accumulate_grad_batches}: gradient accumulation is not captured; use 1"
-        if getattr(self.precision_plugin, "scaler", None) is not None:
-            return "16-mixed precision: its GradScaler reads on the host whether to skip a step; use bf16-mixed or 32-true"
-        if len(self.optimizers) != 1:
-            return f"{len(self.optimizers)} optimizers: one is captured"
-        optimizer = self.optimizers[0]
-        if "capturable" not in optimizer.defaults:
-            return (
-                f"{type(optimizer).__name__} has no 'capturable' option, so its step cannot run in a CUDA graph; "
-                "use torch.optim.AdamW/Adam or comera_lightning.CAME"
-            )
-        return None
+        return run_refusal(trainer, self.precision_plugin, self.optimizers)
 
     def _say(self, message: str, *, warn: bool = True) -> None:
         """Tell the user once: a warning, or an info line for what is expected (e.g. no CUDA)."""
@@ -352,11 +333,7 @@ class CUDAGraphStrategy(SingleDeviceStrategy):
         return entry
 
     def _after_capture(self, entry: StepGraph) -> None:
-        """Replays re-issue metric calls: drop their argument checks (a host sync each; the eager steps ran them)."""
-        for metric in self.lightning_module.modules():
-            if isinstance(metric, Metric) and getattr(metric, "validate_args", False):
-                metric.validate_args = False
-                self._unvalidated.append(metric)
+        self._unvalidated += skip_argument_checks(self.lightning_module)
         bar = self.lightning_module.trainer.progress_bar_callback
         if getattr(bar, "refresh_rate", 0) == 1 and any(call.kwargs.get("prog_bar") for call in entry.deferred):
             self._say("the progress bar refreshes every step and reads the prog_bar values on the host, a GPU sync per "

@@ -25,6 +25,9 @@ class GraphCache:
     """
 
     def __init__(self, warmup_steps: int = 3, max_graphs: int = 8) -> None:
+        for name, value in (("warmup_steps", warmup_steps), ("max_graphs", max_graphs)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {value!r}.")
         self.warmup_steps, self.max_graphs = warmup_steps, max_graphs
         self.graphs: dict[Hashable, Any] = {}
         self.warm: Counter = Counter()

@@ -1,13 +1,32 @@
-"""Checks around captured steps: a non-finite loss caught one step late, and which single device to train on."""
+"""Checks around captured steps: what a run cannot capture, a non-finite loss caught one step late, the one device."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import Tensor
 
-__all__ = ["NonFiniteFlag", "NonFiniteStep", "graph_device"]
+__all__ = ["NonFiniteFlag", "NonFiniteStep", "graph_device", "run_refusal"]
+
+
+def run_refusal(trainer: Any, precision_plugin: Any, optimizers: Sequence[torch.optim.Optimizer]) -> str | None:
+    """Why the training steps of ``trainer``'s run cannot be captured on a GPU (``None``: they can)."""
+    if not trainer.lightning_module.automatic_optimization:
+        return "manual optimization: only Lightning's automatic optimization step can be captured"
+    if trainer.accumulate_grad_batches > 1:
+        return f"accumulate_grad_batches={trainer.accumulate_grad_batches}: gradient accumulation is not captured; use 1"
+    if getattr(precision_plugin, "scaler", None) is not None:
+        return "16-mixed precision: its GradScaler reads on the host whether to skip a step; use bf16-mixed or 32-true"
+    if len(optimizers) != 1:
+        return f"{len(optimizers)} optimizers: one is captured"
+    if "capturable" not in optimizers[0].defaults:
+        return (
+            f"{type(optimizers[0]).__name__} has no 'capturable' option, so its step cannot run in a CUDA graph; "
+            "use torch.optim.AdamW/Adam or comera_lightning.CAME"
+        )
+    return None
 
 
 class NonFiniteFlag:
@@ -68,10 +87,8 @@ class NonFiniteStep(FloatingPointError):
         self.step = step
 
 
-def graph_device(given: torch.device | None, cuda: bool, requested: Sequence[torch.device | int | str]) -> torch.device:
-    """The one device to train on: the one given, else the Trainer's requested CUDA device (refusing several), else CPU."""
-    if given is not None:
-        return given
+def graph_device(cuda: bool, requested: Sequence[torch.device | int | str]) -> torch.device:
+    """The one device to train on: the Trainer's requested CUDA device (refusing several; none: ``cuda:0``), or CPU."""
     if not cuda:
         return torch.device("cpu")
     if len(requested) > 1:
