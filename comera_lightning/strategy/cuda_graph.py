@@ -284,9 +284,9 @@ class CUDAGraphStrategy(SingleDeviceStrategy):
         """What a captured step freezes: parameters (identity, shape), hyper-parameters, the callbacks' and module's say."""
         module = self.lightning_module
         signature = {"parameters": tuple((id(p), p.shape) for p in module.parameters()), **self._graphed.frozen()}
-        for owner in [*module.trainer.callbacks, module]:
+        for i, owner in enumerate([*module.trainer.callbacks, module]):
             if callable(getattr(owner, "cuda_graph_signature", None)):
-                signature[type(owner).__name__] = owner.cuda_graph_signature()
+                signature[f"{type(owner).__name__}#{i}"] = owner.cuda_graph_signature()
         return signature
 
     def _follow_signature(self) -> None:
