@@ -103,13 +103,13 @@ def _graph(cuda_graph: EmulatedGraph, pool: Any = None, stream: Any = None, capt
     if EmulatedGraph.captures == EmulatedGraph.fail_capture_number:
         raise torch.OutOfMemoryError("CUDA out of memory (emulated)")
     cuda_graph.pool = pool
+    recorder = _Recorder(cuda_graph.tape)
     _capturing[0] = True
     try:
-        recorder = _Recorder(cuda_graph.tape)
         with recorder:
             yield
+    finally:  # a capture, failed or not, ran no kernel
         recorder.restore()
-    finally:
         _capturing[0] = False
 
 

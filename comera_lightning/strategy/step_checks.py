@@ -94,7 +94,8 @@ def graph_device(cuda: bool, requested: Sequence[torch.device | int | str]) -> t
     if len(requested) > 1:
         raise ValueError(
             f"CUDAGraphStrategy trains on one device, but the Trainer asks for {len(requested)} "
-            f"({', '.join(map(str, requested))}). Use devices=1 or devices=[i] for GPU i, or strategy='ddp' for several."
+            f"({', '.join(map(str, requested))}; devices='auto', the default, asks for every GPU). Use devices=1 or "
+            "devices=[i] for GPU i, or strategy='ddp' for several."
         )
     if not requested:
         return torch.device("cuda", 0)
