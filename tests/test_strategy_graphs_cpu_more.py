@@ -12,7 +12,7 @@ import torch
 from graph_helpers import MemoryLogger, assert_same_weights, eager, graphed, run
 from lightning.pytorch.accelerators import CUDAAccelerator
 from lightning.pytorch.callbacks import GradientAccumulationScheduler, ModelCheckpoint, TQDMProgressBar
-from plain_modules import PlainClassifier
+from plain_modules import PlainClassifier, loaders
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 from torchmetrics.classification import MulticlassAccuracy
@@ -142,4 +142,27 @@ def test_7_a_gradient_accumulation_schedule_turns_graphs_off_when_it_starts_accu
         model, trainer = run(graphed(), callbacks=[accumulate], max_epochs=2, max_steps=-1)
     assert trainer.strategy.graph_cache.replays > 0 and not trainer.strategy.graph_cache.graphs
     reference, _ = run(eager(), callbacks=[GradientAccumulationScheduler({1: 2})], max_epochs=2, max_steps=-1)
+    assert_same_weights(model, reference)
+
+
+class OutsideParameter(PlainClassifier):
+    """A parameter in the forward but not in the optimizer: its .grad accumulates over the eager steps."""
+
+    def __init__(self):
+        super().__init__()
+        self.scale = nn.Parameter(torch.ones(()))
+
+    def forward(self, x):
+        return super().forward(x) * self.scale
+
+    def configure_optimizers(self):
+        return torch.optim.AdamW([p for p in self.parameters() if p is not self.scale], lr=self.hparams.lr)
+
+
+def test_7_a_parameter_outside_the_optimizer_turns_graphs_off_and_keeps_accumulating_as_eagerly(graphs):
+    data = loaders(n=80, batch_size=32)  # two batch keys
+    with pytest.warns(UserWarning, match=r"\['scale'\] require grad but no optimizer clears their .grad"):
+        model, _ = run(graphed(), OutsideParameter, data=data)
+    reference, _ = run(eager(), OutsideParameter, data=data)
+    torch.testing.assert_close(model.scale.grad, reference.scale.grad, rtol=1e-4, atol=1e-5)
     assert_same_weights(model, reference)

@@ -41,7 +41,7 @@ from comera_lightning.strategy.capture import (
 )
 from comera_lightning.strategy.graph_cache import CAPTURE, EAGER, REPLAY, WARMUP, GraphCache
 from comera_lightning.strategy.hyperparams import GraphedOptimizer, plain_checkpoint
-from comera_lightning.strategy.step_checks import NonFiniteFlag, graph_device, run_refusal
+from comera_lightning.strategy.step_checks import NonFiniteFlag, accumulation_refusal, graph_device, run_refusal
 
 __all__ = ["COMPILE_REMOVED", "CUDAGraphStrategy"]
 
@@ -167,14 +167,15 @@ class CUDAGraphStrategy(SingleDeviceStrategy):
             self._refuse(self.refusal, warn=self.cuda_graphs and self.root_device.type == "cuda")
             return
         self._graphed = GraphedOptimizer(self.optimizers[0])
-        self._flag = NonFiniteFlag(self.root_device)
+        self._flag = NonFiniteFlag(self.root_device) if self.check_finite_loss else None
         self._side_stream = torch.cuda.Stream(self.root_device)
 
     def on_train_end(self) -> None:
         """Check the last replayed steps' losses, free the graphs, give the optimizer and metrics their settings back."""
         super().on_train_end()
         try:
-            self._check_losses(wait=True)
+            if self._flag is not None:
+                self._flag.check(wait=True)
         finally:
             self._stop_graphs()
 
@@ -198,14 +199,11 @@ class CUDAGraphStrategy(SingleDeviceStrategy):
 
     def save_checkpoint(self, checkpoint: dict[str, Any], filepath: _PATH, storage_options: Any | None = None) -> None:
         """Write ``checkpoint`` without capture settings (float LRs, the optimizer's own ``capturable``), never after a NaN step."""
-        self._check_losses(wait=True)
+        if self._flag is not None:
+            self._flag.check(wait=True)  # raises for a NaN step not yet read
         if self._graphed is not None:
             checkpoint = plain_checkpoint(checkpoint, self._graphed)
         super().save_checkpoint(checkpoint, filepath, storage_options)
-
-    def _check_losses(self, *, wait: bool) -> None:
-        if self._flag is not None and self.check_finite_loss:
-            self._flag.check(wait=wait)
 
     # ------------------------------------------------------------------ the step
     def batch_to_device(self, batch: Any, device: torch.device | None = None, dataloader_idx: int = 0) -> Any:
@@ -232,7 +230,7 @@ class CUDAGraphStrategy(SingleDeviceStrategy):
         if self._mode == CAPTURE:
             outputs = super().training_step(self._entry.static_batch, *args[1:], **kwargs)
             loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
-            if isinstance(loss, Tensor) and self.check_finite_loss:
+            if isinstance(loss, Tensor) and self._flag is not None:
                 self._flag.write(loss)
             self._entry.outputs = outputs
             return outputs
@@ -310,6 +308,9 @@ class CUDAGraphStrategy(SingleDeviceStrategy):
         return result
 
     def _capture(self, key: tuple, batch: Any, optimizer: torch.optim.Optimizer, eager: Callable[[], Any]) -> StepGraph | None:
+        refusal = accumulation_refusal(self.lightning_module, optimizer)
+        if refusal is not None:
+            return self._turn_off(refusal)
         entry = StepGraph(batch)
         optimizer.zero_grad(set_to_none=True)  # backward then allocates the gradients from the graph's pool
         stream = torch.cuda.current_stream(self.root_device)
@@ -350,7 +351,7 @@ class CUDAGraphStrategy(SingleDeviceStrategy):
             self._mode = self._entry = None
         for param, grad in entry.grads:  # the closure's zero_grad dropped them; the graph wrote this step's
             param.grad = grad
-        if self.check_finite_loss:
+        if self._flag is not None:
             self._flag.arm(self.lightning_module.trainer.global_step)
-            self._check_losses(wait=False)
+            self._flag.check(wait=False)
         return loss

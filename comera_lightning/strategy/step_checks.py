@@ -6,9 +6,9 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
-__all__ = ["NonFiniteFlag", "NonFiniteStep", "graph_device", "run_refusal"]
+__all__ = ["NonFiniteFlag", "NonFiniteStep", "accumulation_refusal", "graph_device", "run_refusal"]
 
 
 def run_refusal(trainer: Any, precision_plugin: Any, optimizers: Sequence[torch.optim.Optimizer]) -> str | None:
@@ -27,6 +27,27 @@ def run_refusal(trainer: Any, precision_plugin: Any, optimizers: Sequence[torch.
             "use torch.optim.AdamW/Adam or comera_lightning.CAME"
         )
     return None
+
+
+def accumulation_refusal(module: nn.Module, optimizer: torch.optim.Optimizer) -> str | None:
+    """Why a capture now would differ from eager steps: parameters outside ``optimizer`` whose ``.grad`` is not zero.
+
+    Nothing clears their gradient, so it accumulates across steps; a graph reproduces that only if
+    autograd added in place at capture, which depends on who else holds the tensor (another key's
+    graph does). ComeraCallback's gates are outside too, but their own optimizer zeroes them after
+    every step. One host sync; called once per capture.
+    """
+    inside = {id(p) for group in optimizer.param_groups for p in group["params"]}
+    named = [(n, p) for n, p in module.named_parameters() if p.requires_grad and id(p) not in inside and p.grad is not None]
+    if not named:
+        return None
+    nonzero = torch.stack([p.grad.detach().ne(0).any().to(p.device) for _, p in named]).tolist()
+    names = [name for (name, _), bad in zip(named, nonzero) if bad]
+    if not names:
+        return None
+    return (f"{names} require grad but no optimizer clears their .grad (it accumulates across steps, which a graph "
+            "reproduces only if autograd happens to add in place); freeze them (requires_grad_(False)) or give them to "
+            "the optimizer")
 
 
 class NonFiniteFlag:
