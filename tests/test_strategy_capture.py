@@ -11,6 +11,7 @@ from torch import nn
 from torchmetrics.classification import MulticlassAccuracy
 
 from comera_lightning import CAME
+from comera_lightning.strategy import GraphedOptimizer
 from comera_lightning.strategy.capture import (
     CAPTURE,
     EAGER,
@@ -127,3 +128,41 @@ def test_make_capturable_puts_steps_and_learning_rates_on_tensors_that_scheduler
     assert all(isinstance(s["step"], torch.Tensor) for s in optimizer.state.values())
     with pytest.raises(ValueError, match="SGD has no 'capturable' option"):
         make_capturable_(torch.optim.SGD(params, lr=0.1))
+
+
+def test_graph_cache_follows_a_signature_and_drops_graphs_only_when_it_changes():
+    cache = GraphCache(warmup_steps=1)
+    assert cache.follow({"parameters": (1, 2), "stage": "early"}) == []
+    cache.warmed("a"), cache.store("a", "graph a")
+    cache.pool = "pool"
+    assert cache.follow({"parameters": (1, 2), "stage": "early"}) == [], "an empty prune changes nothing"
+    assert cache.graphs and cache.invalidations == 0
+    assert cache.follow({"parameters": (1, 2), "stage": "late"}) == ["stage"]
+    assert not cache.graphs and cache.pool is None and cache.invalidations == 1
+    assert cache.follow({"parameters": (1,), "stage": "late"}) == ["parameters"] and cache.invalidations == 1, (
+        "nothing left to drop: not counted")
+    with pytest.raises(ValueError, match="max_graphs must be an integer >= 1, got 0"):
+        GraphCache(max_graphs=0)
+
+
+def test_graphed_optimizer_keeps_lrs_in_tensors_lists_what_is_frozen_and_gives_the_settings_back():
+    params = [nn.Parameter(torch.randn(3)), nn.Parameter(torch.randn(2))]
+    optimizer = CAME([params[0]], lr=1e-3)
+    graphed = GraphedOptimizer(optimizer)
+    lr = optimizer.param_groups[0]["lr"]
+    optimizer.param_groups[0]["lr"] = 5e-4  # Lightning's manual warm-up writes a float
+    optimizer.add_param_group({"params": [params[1]], "lr": 2e-3})
+    graphed.sync()
+    assert optimizer.param_groups[0]["lr"] is lr and float(lr) == pytest.approx(5e-4), "copied into the same tensor"
+    assert isinstance(optimizer.param_groups[1]["lr"], torch.Tensor) and optimizer.param_groups[1]["capturable"]
+    frozen = graphed.frozen()
+    optimizer.param_groups[0]["betas"] = (0.5, 0.9)
+    changed = {k for k in frozen if frozen[k] != graphed.frozen()[k]}
+    assert changed == {"group0.betas"}
+    state = graphed.plain_state(optimizer.state_dict())
+    assert [g["lr"] for g in state["param_groups"]] == pytest.approx([5e-4, 2e-3])
+    assert all(g["capturable"] is False for g in state["param_groups"])
+    assert optimizer.param_groups[0]["lr"] is lr, "the live optimizer is untouched"
+    graphed.restore()
+    assert [type(g["lr"]) for g in optimizer.param_groups] == [float, float]
+    assert not optimizer.defaults["capturable"] and not any(g["capturable"] for g in optimizer.param_groups)

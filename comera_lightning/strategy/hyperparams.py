@@ -36,7 +36,7 @@ class GraphedOptimizer:
                 continue
             lr = self._lrs.get(id(group))
             if lr is None:  # a group added by add_param_group since training started
-                self._group_capturable.setdefault(id(group), bool(group.get("capturable", False)))
+                self._group_capturable.setdefault(id(group), self.original_capturable)  # its default was ours
                 group["capturable"] = True
                 lr = self._lrs[id(group)] = torch.zeros((), dtype=torch.float32, device=group["params"][0].device)
             if group["lr"] is not lr:
