@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.setup-done
 
-.PHONY: setup test test-slow demo bench clean
+.PHONY: setup test test-slow test-gpu demo bench clean
 
 setup: $(STAMP)
 
@@ -28,6 +28,14 @@ test: setup
 
 test-slow: setup
 	WANDB_MODE=$${WANDB_MODE:-disabled} $(PY) -m pytest -q -m slow
+
+# On a CUDA machine (never run yet: see docs/CUDA_GRAPHS.md): the GPU tests, then the GPU benchmarks.
+test-gpu: setup
+	$(PY) -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 'make test-gpu: torch sees no CUDA device')"
+	WANDB_MODE=$${WANDB_MODE:-disabled} $(PY) -m pytest -q -m gpu
+	$(PY) benchmarks/strategy_speed.py --out benchmarks/results/strategy_speed_cuda.json
+	$(PY) benchmarks/layer_speed.py --device cuda --out benchmarks/results/layer_speed_cuda.json
+	$(PY) benchmarks/transformer_speed.py --quick --device cuda --out benchmarks/results/transformer_speed_cuda_quick.json
 
 demo: setup
 	WANDB_MODE=$${WANDB_MODE:-offline} $(PY) -m comera_lightning.demo

@@ -105,6 +105,10 @@ class ComeraCallback(Callback):
     loss_target_value = property(lambda self: self.stage_objective.loss_target, doc="L₀ of the late stage (None before).")
     size_target = property(lambda self: self.stage_objective.size_target, doc="S₀ of the late stage (None before).")
 
+    def cuda_graph_signature(self) -> tuple:
+        """What a captured training step freezes from this callback (CUDAGraphStrategy re-captures when it changes)."""
+        return (self.schedule.stage, self.stage_objective.loss_target, self.stage_objective.size_target)
+
     # ------------------------------------------------------------------ setup / teardown
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:

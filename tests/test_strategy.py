@@ -61,7 +61,7 @@ def test_cpu_fit_with_callback_and_pruning_matches_the_default_strategy(tmp_path
     assert strategy.refusal == "no CUDA device (training on cpu)"
     assert caplog.text.count("CUDAGraphStrategy: no CUDA device") == 1, "the reason is said once"
     assert cb.stage == "late" and cb.prune_events >= 2
-    assert strategy.graph_cache.invalidations == cb.prune_events, "every prune (stage switch included) invalidates"
+    assert strategy.graph_cache.invalidations == 0, "graphs are off on CPU: nothing to drop"
     assert sum(model.encoder[0].physical_ranks) < 4 + 8 + 8 + 8 + 8, "ranks shrink physically"
     assert all(torch.isfinite(p).all() for p in model.parameters())
 
@@ -73,7 +73,7 @@ def test_cpu_fit_with_callback_and_pruning_matches_the_default_strategy(tmp_path
 def test_cpu_fit_with_came_and_a_step_schedule(tmp_path):
     cb = callback(early_steps=4, late_steps=6, prune_every_n_steps=2)
     model, cb, trainer = fit(tmp_path, CUDAGraphStrategy(), model=PlainClassifier(optimizer="came"), cb=cb, max_steps=12)
-    assert cb.stage == "final" and trainer.strategy.graph_cache.invalidations == cb.prune_events >= 3
+    assert cb.stage == "final" and cb.prune_events >= 3
     assert all(torch.isfinite(p).all() for p in model.parameters())
 
 
@@ -138,7 +138,7 @@ def test_tiny_transformer_config_selects_the_strategy_through_the_cli(tmp_path, 
     ])
     strategy = cli.trainer.strategy
     assert isinstance(strategy, CUDAGraphStrategy) and strategy.buckets == [32, 64]
-    assert cli.trainer.global_step == 3 and strategy.graph_cache.invalidations >= 2
+    assert cli.trainer.global_step == 3 and strategy.refusal == "no CUDA device (training on cpu)"
 
 
 # ---------------------------------------------------------------------------------------- compile (removed)
@@ -211,14 +211,15 @@ def _params(model):
 def test_gpu_captured_steps_give_the_eager_weights_across_prunes(tmp_path, optimizer):
     schedule = dict(early_steps=6, late_steps=12, prune_every_n_steps=4)
     runs = {}
-    for name, warmup in (("graph", 2), ("eager", 10**6)):  # same capturable optimizer; the second never captures
-        strategy = CUDAGraphStrategy(warmup_steps=warmup)
+    for name in ("graph", "eager"):  # the eager run: Lightning's own strategy and the stock optimizer
+        strategy = CUDAGraphStrategy(warmup_steps=2) if name == "graph" else SingleDeviceStrategy("cuda:0")
+        L.seed_everything(0)  # both models start from the same weights
         model, cb, _ = fit(tmp_path / name, strategy, model=PlainClassifier(optimizer=optimizer),
                            cb=callback(**schedule), accelerator="cuda", max_steps=24)
         runs[name] = (model, cb, strategy)
     (graphed, cb, strategy), (eager, eager_cb, _) = runs["graph"], runs["eager"]
     assert strategy.refusal is None and strategy.graph_cache.captures >= 3, "captured before and after prunes"
-    assert strategy.graph_cache.invalidations == cb.prune_events >= 3
+    assert 1 <= strategy.graph_cache.invalidations <= cb.prune_events and cb.prune_events >= 3
     assert cb.prune_events == eager_cb.prune_events
     for (name, p), q in zip(_params(graphed).items(), _params(eager).values()):
         assert p.shape == q.shape, f"{name}: the same ranks were pruned"

@@ -11,11 +11,13 @@ from torch import nn
 from torchmetrics.classification import MulticlassAccuracy
 
 from comera_lightning import CAME
+from comera_lightning.strategy import GraphedOptimizer
 from comera_lightning.strategy.capture import (
     CAPTURE,
     EAGER,
     REPLAY,
     WARMUP,
+    DeferredCall,
     GraphCache,
     StepGraph,
     UncapturableBatch,
@@ -87,7 +89,7 @@ def test_step_graph_static_batch_and_reissued_outputs_without_cuda():
     assert entry.static_batch["x"].eq(1).all() and entry.static_batch["y"].eq(1).all()
     seen = []
     entry.outputs = {"loss": torch.tensor(2.0), "n": 3}
-    entry.deferred = [(seen.append, ("logged",), {})]
+    entry.deferred = [DeferredCall(seen.append, ("logged",), {}, None)]
     out = entry.reissue()
     assert seen == ["logged"] and out["n"] == 3
     assert out["loss"] is not entry.outputs["loss"] and out["loss"].item() == 2.0, "a copy: the next replay overwrites"
@@ -101,12 +103,12 @@ def test_deferring_records_log_and_metric_calls_then_restores_them():
         module.log("train_loss", torch.tensor(1.0), on_step=True)
         module.acc(preds, target)
         module.acc.update(preds, target)
-    assert [fn.__name__ for fn, _, _ in calls] == ["log", "forward", "update"]
-    assert calls[0][1][0] == "train_loss" and calls[0][2] == {"on_step": True}
+    assert [call.fn.__name__ for call in calls] == ["log", "forward", "update"]
+    assert calls[0].args[0] == "train_loss" and calls[0].kwargs == {"on_step": True}
     assert module.acc.update_count == 0, "nothing ran while recording"
     assert "log" not in module.__dict__ and "forward" not in module.acc.__dict__, "originals are back"
-    for fn, args, kwargs in calls[1:]:
-        fn(*args, **kwargs)
+    for call in calls[1:]:
+        call.run()
     assert module.acc.update_count == 2 and module.acc.compute() == pytest.approx(2 / 3)
 
 
@@ -126,3 +128,41 @@ def test_make_capturable_puts_steps_and_learning_rates_on_tensors_that_scheduler
     assert all(isinstance(s["step"], torch.Tensor) for s in optimizer.state.values())
     with pytest.raises(ValueError, match="SGD has no 'capturable' option"):
         make_capturable_(torch.optim.SGD(params, lr=0.1))
+
+
+def test_graph_cache_follows_a_signature_and_drops_graphs_only_when_it_changes():
+    cache = GraphCache(warmup_steps=1)
+    assert cache.follow({"parameters": (1, 2), "stage": "early"}) == []
+    cache.warmed("a"), cache.store("a", "graph a")
+    cache.pool = "pool"
+    assert cache.follow({"parameters": (1, 2), "stage": "early"}) == [], "an empty prune changes nothing"
+    assert cache.graphs and cache.invalidations == 0
+    assert cache.follow({"parameters": (1, 2), "stage": "late"}) == ["stage"]
+    assert not cache.graphs and cache.pool is None and cache.invalidations == 1
+    assert cache.follow({"parameters": (1,), "stage": "late"}) == ["parameters"] and cache.invalidations == 1, (
+        "nothing left to drop: not counted")
+    with pytest.raises(ValueError, match="max_graphs must be an integer >= 1, got 0"):
+        GraphCache(max_graphs=0)
+
+
+def test_graphed_optimizer_keeps_lrs_in_tensors_lists_what_is_frozen_and_gives_the_settings_back():
+    params = [nn.Parameter(torch.randn(3)), nn.Parameter(torch.randn(2))]
+    optimizer = CAME([params[0]], lr=1e-3)
+    graphed = GraphedOptimizer(optimizer)
+    lr = optimizer.param_groups[0]["lr"]
+    optimizer.param_groups[0]["lr"] = 5e-4  # Lightning's manual warm-up writes a float
+    optimizer.add_param_group({"params": [params[1]], "lr": 2e-3})
+    graphed.sync()
+    assert optimizer.param_groups[0]["lr"] is lr and float(lr) == pytest.approx(5e-4), "copied into the same tensor"
+    assert isinstance(optimizer.param_groups[1]["lr"], torch.Tensor) and optimizer.param_groups[1]["capturable"]
+    frozen = graphed.frozen()
+    optimizer.param_groups[0]["betas"] = (0.5, 0.9)
+    changed = {k for k in frozen if frozen[k] != graphed.frozen()[k]}
+    assert changed == {"group0.betas"}
+    state = graphed.plain_state(optimizer.state_dict())
+    assert [g["lr"] for g in state["param_groups"]] == pytest.approx([5e-4, 2e-3])
+    assert all(g["capturable"] is False for g in state["param_groups"])
+    assert optimizer.param_groups[0]["lr"] is lr, "the live optimizer is untouched"
+    graphed.restore()
+    assert [type(g["lr"]) for g in optimizer.param_groups] == [float, float]
+    assert not optimizer.defaults["capturable"] and not any(g["capturable"] for g in optimizer.param_groups)

@@ -167,11 +167,17 @@ class TTEmbedding(TTModule):
     def _check_ids(self, ids: torch.Tensor) -> None:
         if ids.dtype not in (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8):
             raise TypeError(f"TTEmbedding expects integer ids, got dtype {ids.dtype}.")
-        if ids.numel() and _ids_are_checkable():
-            low, high = int(ids.min()), int(ids.max())
-            if low < 0 or high >= self.num_embeddings:
-                bad = low if low < 0 else high
-                raise IndexError(f"id {bad} is out of range for a TTEmbedding of {self.num_embeddings} rows (valid: 0..{self.num_embeddings - 1}).")
+        if not ids.numel():
+            return
+        if not _ids_are_checkable():
+            if not torch.compiler.is_compiling():  # capturing a CUDA graph: a device-side assert, run on every replay
+                valid = ((ids >= 0) & (ids < self.num_embeddings)).all()
+                torch._assert_async(valid, f"an id is out of range for a TTEmbedding of {self.num_embeddings} rows (valid: 0..{self.num_embeddings - 1}).")
+            return
+        low, high = int(ids.min()), int(ids.max())
+        if low < 0 or high >= self.num_embeddings:
+            bad = low if low < 0 else high
+            raise IndexError(f"id {bad} is out of range for a TTEmbedding of {self.num_embeddings} rows (valid: 0..{self.num_embeddings - 1}).")
 
     def lookup(self, ids: torch.Tensor) -> torch.Tensor:
         """Rows for a 1-D tensor of ids, ``(len(ids), embedding_dim)``."""

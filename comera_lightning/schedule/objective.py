@@ -6,7 +6,8 @@
 
 ``L`` is the task loss, ``R`` the size surrogate of the gates (``rank.size_surrogate``), ``S``
 the exact active size and ``S₀ = target_ratio · S`` at the switch. Plain torch, no Lightning:
-it works on a list of TT layers, and each call leaves its terms in ``last`` for logging.
+it works on a list of TT layers, and each call leaves its terms in ``last`` for logging (the same
+tensors every call, written in place, so that a captured CUDA graph keeps them current).
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ class ComeraObjective:
         self.normalizer: float | None = None
         self.layers: list[TTModule] = []
         self.last: dict[str, torch.Tensor] = {}
+        self._kept: dict[str, torch.Tensor] = {}
 
     def bind(self, layers: Sequence[TTModule]) -> None:
         """Work on these TT layers; the surrogate's denominator is fixed the first time (pruning must not make R jump)."""
@@ -61,15 +63,24 @@ class ComeraObjective:
         """The objective of ``stage`` for ``task_loss``; its terms (detached) go to ``last``."""
         surrogate = size_surrogate(self.layers, self.surrogate, self.normalizer)
         loss = task_loss.detach().float()
-        self.last = {"task_loss": loss, "size_surrogate": surrogate.detach()}
+        self.last = self._keep(task_loss=loss, size_surrogate=surrogate)
         if stage == "early":
             return task_loss + self.rank_weight * surrogate
         if stage == "final":
             return task_loss
         size = active_size(self.layers).clamp_min(1.0)  # a model pruned to nothing must not divide by zero
         lam = ((loss - self.loss_target) / loss < (size - self.size_target) / size).to(loss.dtype)
-        self.last.update(lam=lam, active_size=size)
+        self.last.update(self._keep(lam=lam, active_size=size))
         return self.loss_weight * task_loss + self.size_weight * surrogate + lam * surrogate + (1 - lam) * task_loss
+
+    def _keep(self, **terms: torch.Tensor) -> dict[str, torch.Tensor]:
+        """``terms`` copied into tensors kept across calls: a CUDA graph's replays rewrite them, the logs read them."""
+        for name, value in terms.items():
+            kept = self._kept.get(name)
+            if kept is None or (kept.shape, kept.dtype, kept.device) != (value.shape, value.dtype, value.device):
+                kept = self._kept[name] = torch.empty_like(value, requires_grad=False)
+            kept.copy_(value.detach())
+        return {name: self._kept[name] for name in terms}
 
     def enter_late(self, loss_target: float) -> None:
         """Fix S (the active size now), S₀ = target_ratio·S and L₀ for the late stage."""

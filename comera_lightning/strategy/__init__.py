@@ -1,4 +1,5 @@
-"""CUDAGraphStrategy (:mod:`.cuda_graph`) and the capture machinery it is built on (:mod:`.capture`)."""
+"""CUDAGraphStrategy (:mod:`.cuda_graph`) and the plain code it is built on (:mod:`.capture`, :mod:`.graph_cache`,
+:mod:`.hyperparams`, :mod:`.step_checks`)."""
 
 from comera_lightning.strategy.capture import (
     CAPTURE,
@@ -14,8 +15,11 @@ from comera_lightning.strategy.capture import (
     pad_to_bucket,
 )
 from comera_lightning.strategy.cuda_graph import CUDAGraphStrategy
+from comera_lightning.strategy.hyperparams import GraphedOptimizer, plain_checkpoint
+from comera_lightning.strategy.step_checks import NonFiniteFlag, NonFiniteStep, graph_device
 
 __all__ = [
-    "CAPTURE", "EAGER", "REPLAY", "WARMUP", "CUDAGraphStrategy", "GraphCache", "StepGraph", "UncapturableBatch",
-    "batch_key", "deferring", "make_capturable_", "pad_to_bucket",
+    "CAPTURE", "EAGER", "REPLAY", "WARMUP", "CUDAGraphStrategy", "GraphCache", "GraphedOptimizer", "NonFiniteFlag",
+    "NonFiniteStep", "StepGraph", "UncapturableBatch", "batch_key", "deferring", "graph_device", "make_capturable_",
+    "pad_to_bucket", "plain_checkpoint",
 ]

@@ -1,28 +1,29 @@
 """The capture machinery behind CUDAGraphStrategy: plain code, no Lightning strategy.
 
-Batch keys and bucket padding (:func:`batch_key`, :func:`pad_to_bucket`), which keys warm up,
-get captured or replay (:class:`GraphCache`), one captured step (:class:`StepGraph`), deferred
-logging while capturing (:func:`deferring`) and capturable optimizers (:func:`make_capturable_`).
+Batch keys and bucket padding (:func:`batch_key`, :func:`pad_to_bucket`), one captured step
+(:class:`StepGraph`), deferred logging while capturing (:func:`deferring`) and capturable
+optimizers (:func:`make_capturable_`). Which keys warm up, get captured or replay is
+:class:`~comera_lightning.strategy.graph_cache.GraphCache` (re-exported here).
 """
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from lightning_utilities.core.apply_func import apply_to_collection
 from torch import Tensor, nn
 from torchmetrics import Metric
 
+from comera_lightning.strategy.graph_cache import CAPTURE, EAGER, REPLAY, WARMUP, GraphCache
+
 __all__ = [
-    "CAPTURE", "EAGER", "REPLAY", "WARMUP", "GraphCache", "StepGraph", "UncapturableBatch",
-    "batch_key", "deferring", "make_capturable_", "pad_to_bucket",
+    "CAPTURE", "EAGER", "REPLAY", "WARMUP", "DeferredCall", "GraphCache", "StepGraph", "UncapturableBatch",
+    "batch_key", "check_bucket_options", "deferring", "make_capturable_", "pad_to_bucket", "skip_argument_checks",
 ]
 
-EAGER, WARMUP, CAPTURE, REPLAY = "eager", "warmup", "capture", "replay"
 _MISSING = object()
 
 
@@ -55,6 +56,20 @@ def batch_key(batch: Any) -> tuple:
     )
 
 
+def check_bucket_options(buckets: Sequence[int] | None, pad_values: Mapping[str, float] | None) -> None:
+    """Raise a ValueError naming the fix for ``buckets``/``pad_values`` that do not go together."""
+    if buckets is not None:
+        if not buckets or any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in buckets):
+            raise ValueError(f"buckets must be a non-empty list of positive sequence lengths, got {buckets!r}.")
+        if not pad_values:
+            raise ValueError(
+                "buckets need pad_values naming the batch keys to pad and their pad value, "
+                "e.g. {input_ids: 0, attention_mask: 0, token_type_ids: 0}."
+            )
+    elif pad_values:
+        raise ValueError(f"pad_values={pad_values!r} is only used with buckets; set buckets (e.g. [64, 128]) too.")
+
+
 def pad_to_bucket(batch: Any, buckets: Sequence[int], pad_values: Mapping[str, float]) -> Any:
     """Pad dim 1 (the sequence) of the ``pad_values`` keys of a dict batch up to the smallest bucket that holds it.
 
@@ -83,54 +98,12 @@ def pad_to_bucket(batch: Any, buckets: Sequence[int], pad_values: Mapping[str, f
     return padded
 
 
-# ---------------------------------------------------------------------------------------- bookkeeping
-class GraphCache:
-    """Which batch keys warm up, get captured, replay or stay eager; pure Python, no CUDA needed.
-
-    A key is captured after ``warmup_steps`` eager steps with it, while fewer than ``max_graphs``
-    graphs exist; :meth:`invalidate` (every prune) forgets all graphs and warm-up counts.
-    """
-
-    def __init__(self, warmup_steps: int = 3, max_graphs: int = 8) -> None:
-        self.warmup_steps, self.max_graphs = warmup_steps, max_graphs
-        self.graphs: dict[Hashable, Any] = {}
-        self.warm: Counter = Counter()
-        self.captures = 0
-        self.invalidations = 0
-
-    def plan(self, key: Hashable) -> str:
-        """What the next step with ``key`` does: ``"replay"``, ``"warmup"``, ``"capture"`` or ``"eager"`` (cache full)."""
-        if key in self.graphs:
-            return REPLAY
-        if self.warm[key] < self.warmup_steps:
-            return WARMUP
-        return CAPTURE if len(self.graphs) < self.max_graphs else EAGER
-
-    def warmed(self, key: Hashable) -> None:
-        """Count one eager warm-up step with ``key``."""
-        self.warm[key] += 1
-
-    def store(self, key: Hashable, graph: Any) -> None:
-        """Keep the graph captured for ``key``."""
-        self.graphs[key] = graph
-        self.captures += 1
-
-    def invalidate(self) -> None:
-        """Drop every graph and warm-up count (shapes changed); counted in ``invalidations``."""
-        self.clear()
-        self.invalidations += 1
-
-    def clear(self) -> None:
-        """Drop every graph and warm-up count (training ended)."""
-        self.graphs.clear()
-        self.warm.clear()
-
-
+# ---------------------------------------------------------------------------------------- one step
 class StepGraph:
     """One captured training step for one batch key: static batch tensors, the graph, and what the step returned.
 
-    ``deferred`` holds the calls recorded during capture (``log``, metric updates) that
-    :meth:`reissue` runs again after every replay.
+    ``deferred`` holds the calls recorded during capture (``log`` in the step and its hooks, metric
+    updates) that :meth:`reissue` runs again after every replay.
     """
 
     def __init__(self, batch: Any) -> None:
@@ -138,9 +111,8 @@ class StepGraph:
         self._static = [t for _, t in _leaves(self.static_batch) if t is not None]
         self.graph: torch.cuda.CUDAGraph | None = None
         self.outputs: Any = None
-        self.deferred: list[tuple[Callable, tuple, dict]] = []
+        self.deferred: list[DeferredCall] = []
         self.grads: list[tuple[nn.Parameter, Tensor | None]] = []
-        self.param_ids: tuple[int, ...] = ()
         self.replays = 0
 
     def load(self, batch: Any) -> None:
@@ -148,11 +120,11 @@ class StepGraph:
         for dst, src in zip(self._static, (t for _, t in _leaves(batch) if t is not None)):
             dst.copy_(src, non_blocking=True)
 
-    def capture(self, step: Callable[[], Any]) -> Any:
-        """Capture ``step()`` (which must read the batch from ``static_batch``); returns what it returned."""
+    def capture(self, step: Callable[[], Any], pool: Any = None) -> Any:
+        """Capture ``step()`` (which must read the batch from ``static_batch``) into memory ``pool``; returns what it returned."""
         graph = torch.cuda.CUDAGraph()
         # thread_local: a DataLoader pin-memory thread may call CUDA while we capture
-        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+        with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
             result = step()
         self.graph = graph
         return result
@@ -164,21 +136,44 @@ class StepGraph:
 
     def reissue(self) -> Any:
         """Run the deferred calls again and return a copy of the step's outputs (the next replay overwrites them)."""
-        for fn, args, kwargs in self.deferred:
-            fn(*args, **kwargs)
+        for call in self.deferred:
+            call.run()
         return apply_to_collection(self.outputs, Tensor, lambda t: t.detach().clone())
 
 
+class DeferredCall(NamedTuple):
+    """A ``log`` or metric call recorded while capturing, with the Lightning hook it was made in."""
+
+    fn: Callable
+    args: tuple
+    kwargs: dict
+    hook: str | None
+
+    def run(self) -> None:
+        """Make the call again, as from the hook it was recorded in (Lightning checks and keys ``log`` by hook)."""
+        owner = getattr(self.fn, "__self__", None)
+        if not hasattr(owner, "_current_fx_name"):
+            self.fn(*self.args, **self.kwargs)
+            return
+        current, owner._current_fx_name = owner._current_fx_name, self.hook
+        try:
+            self.fn(*self.args, **self.kwargs)
+        finally:
+            owner._current_fx_name = current
+
+
 @contextmanager
-def deferring(module: nn.Module) -> Iterator[list[tuple[Callable, tuple, dict]]]:
+def deferring(module: nn.Module) -> Iterator[list[DeferredCall]]:
     """Record instead of running ``module.log`` and the ``forward``/``update`` calls of its torchmetrics metrics."""
-    calls: list[tuple[Callable, tuple, dict]] = []
+    calls: list[DeferredCall] = []
     targets = [(module, "log")] + [(m, name) for m in module.modules() if isinstance(m, Metric) for name in ("forward", "update")]
     saved = []
     for obj, name in targets:
         saved.append((obj, name, obj.__dict__.get(name, _MISSING)))
         original = getattr(obj, name)
-        obj.__dict__[name] = lambda *args, _fn=original, **kwargs: calls.append((_fn, args, kwargs))
+        obj.__dict__[name] = lambda *args, _fn=original, **kwargs: calls.append(
+            DeferredCall(_fn, args, kwargs, getattr(module, "_current_fx_name", None))
+        )
     try:
         yield calls
     finally:
@@ -187,6 +182,17 @@ def deferring(module: nn.Module) -> Iterator[list[tuple[Callable, tuple, dict]]]
                 del obj.__dict__[name]
             else:
                 obj.__dict__[name] = value
+
+
+def skip_argument_checks(module: nn.Module) -> list[Metric]:
+    """Turn off ``validate_args`` (a host sync: ``torch.unique``) of ``module``'s metrics; returns those changed.
+
+    Replays re-issue the metric calls of the captured step; the eager steps before it checked them.
+    """
+    changed = [m for m in module.modules() if isinstance(m, Metric) and getattr(m, "validate_args", False)]
+    for metric in changed:
+        metric.validate_args = False
+    return changed
 
 
 def make_capturable_(optimizer: torch.optim.Optimizer) -> dict[int, Tensor]:

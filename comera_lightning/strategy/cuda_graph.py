@@ -1,51 +1,15 @@
 """CUDAGraphStrategy: a one-device Lightning strategy that replays the whole training step as a CUDA graph.
 
-Tensorized training launches many small kernels, and the CoMERA paper captures the whole step
-in a CUDA graph to remove their launch overhead (docs/METHOD.md §3, last row). On CUDA, with
-automatic optimization, a training step runs like this (the machinery is in
-:mod:`comera_lightning.strategy.capture`):
-
-1. ``batch_to_device``: the batch moves to the GPU, is padded up to a length bucket when
-   ``buckets`` is set, and gets its *key*: the structure, shapes and dtypes of its tensors.
-2. ``optimizer_step``: for each key, the first ``warmup_steps`` steps run eagerly on a side
-   stream. The next one is captured: Lightning's own closure (``training_step`` with
-   ``ComeraCallback``'s objective, ``zero_grad``, ``backward``, the ``on_before_optimizer_step``
-   hooks, gradient clipping) and ``optimizer.step()`` all run under ``torch.cuda.graph`` on
-   static copies of the batch tensors. Every later step with that key copies its batch into
-   those copies and replays the graph: one launch for the whole step.
-3. Inside the captured ``training_step``, ``self.log`` and the calls of the module's torchmetrics
-   metrics are recorded instead of run, and re-issued after every replay with the step's device
-   tensors: logged values stay on the device and nothing in the step waits for the host.
-4. Rank pruning swaps in smaller parameters: ``ComeraCallback`` calls
-   :meth:`CUDAGraphStrategy.on_parameters_resized` after every prune, the stage switch and the
-   end of the late stage included, and every graph is dropped; the next steps warm up and
-   capture again at the new shapes (the new stage's objective included). Validation runs eagerly.
-
-The optimizer is made capturable when training starts (``capturable=True``, its ``step`` counts
-and learning rates moved to the device as tensors that LR schedulers update in place), which
-torch's Adam/AdamW and :class:`~comera_lightning.optim.CAME` support. Where graphs cannot apply,
-the strategy says why once and runs those steps eagerly, exactly as ``SingleDeviceStrategy``:
-
-* no CUDA device (or ``cuda_graphs=False``);
-* manual optimization, ``accumulate_grad_batches > 1``, ``16-mixed`` precision (its GradScaler
-  reads on the host whether to skip the step);
-* an optimizer without a ``capturable`` option (e.g. SGD, Adagrad);
-* batches that are not tensors, or dicts/lists/tuples of them (TorchRec's ``KeyedJaggedTensor``
-  is jagged: the DLRM steps run eagerly), batches longer than the largest bucket, more distinct
-  batch shapes than ``max_graphs``;
-* a training step that cannot be captured (a host sync such as ``.item()`` or boolean-mask
-  indexing, e.g. ``MaskedLanguageModel(head_on_masked_only=True)``): graphs are then off for the run.
-
-Limits of the captured step: Python in ``training_step`` runs only at capture (values it reads
-from the host are frozen then, e.g. ``batch_idx`` or ``self.global_step``); the hooks inside the
-step (``on_before_backward``, ``on_after_backward``, ``on_before_optimizer_step``) act only at
-capture, their tensor work is replayed; a metric's return value is not available inside the
-step (log the metric object); optimizer hyper-parameters other than ``lr`` are frozen at capture;
-``ComeraCallback``'s per-step finite-loss check (a host sync) is skipped while capturing.
-
-On CPU the strategy runs eagerly (the default strategy's code path). The former CPU
-``torch.compile`` path was removed (1.32× slower than eager, 72 s first step); ``compile=True``
-only warns.
+Tensorized training launches many small kernels; the CoMERA paper captures the whole step in a
+CUDA graph to remove their launch overhead (docs/METHOD.md §3). On CUDA, with automatic
+optimization, each batch key (structure, shapes, dtypes; padded to ``buckets`` if set) warms up
+for ``warmup_steps`` eager steps, is captured once (Lightning's closure: ``training_step`` with
+``ComeraCallback``'s objective, ``zero_grad``, ``backward``, the hooks, clipping, and
+``optimizer.step()``) and replayed after that. docs/CUDA_GRAPHS.md says what is frozen at
+capture and what is re-captured, checked or refused, and what has (not) been run on a GPU.
+Where graphs cannot apply the strategy says why once and runs those steps eagerly, exactly as
+``SingleDeviceStrategy``; on CPU it always does. ``compile=True`` is a deprecated no-op (the CPU
+``torch.compile`` path measured 1.32× slower than eager with a 72 s first step).
 """
 
 from __future__ import annotations
@@ -58,25 +22,26 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 from lightning.fabric.plugins import CheckpointIO
+from lightning.fabric.utilities.types import _PATH
 from lightning.pytorch.plugins.precision import Precision
 from lightning.pytorch.strategies import SingleDeviceStrategy
 from lightning.pytorch.trainer.states import RunningStage
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torch import Tensor
+from torchmetrics import Metric
 
 from comera_lightning.strategy.capture import (
-    CAPTURE,
-    EAGER,
-    REPLAY,
-    WARMUP,
-    GraphCache,
     StepGraph,
     UncapturableBatch,
     batch_key,
+    check_bucket_options,
     deferring,
-    make_capturable_,
     pad_to_bucket,
+    skip_argument_checks,
 )
+from comera_lightning.strategy.graph_cache import CAPTURE, EAGER, REPLAY, WARMUP, GraphCache
+from comera_lightning.strategy.hyperparams import GraphedOptimizer, plain_checkpoint
+from comera_lightning.strategy.step_checks import NonFiniteFlag, accumulation_refusal, graph_device, run_refusal
 
 __all__ = ["COMPILE_REMOVED", "CUDAGraphStrategy"]
 
@@ -84,19 +49,23 @@ COMPILE_REMOVED = (
     "CUDAGraphStrategy(compile=True) is deprecated and does nothing: the CPU torch.compile path was removed "
     "because it measured 1.32× slower than eager with a 72 s first step; training runs eagerly on CPU."
 )
+#: Re-captures in a row, each before any replay, after which graphs are turned off for the run.
+MAX_IDLE_RECAPTURES = 3
 
 
 class CUDAGraphStrategy(SingleDeviceStrategy):
     """One-device strategy that captures the whole training step in a CUDA graph and re-captures after each prune.
 
     Args:
-        device: the device; default ``cuda:0`` when the Trainer's accelerator is CUDA, else ``cpu``.
+        device: the device; default: the Trainer's CUDA device (``devices=[1]``: ``cuda:1``; several are refused),
+            else ``cpu``.
         cuda_graphs: capture on CUDA (``False``: eager, like ``SingleDeviceStrategy``).
         warmup_steps: eager steps per batch shape before its capture (also after every re-capture request).
         max_graphs: most graphs kept at once (one per batch shape); other shapes run eagerly.
         buckets: sequence lengths to pad training batches up to (one graph each); needs ``pad_values``.
         pad_values: dict-batch keys to pad along dim 1 and their pad value, e.g.
             ``{input_ids: 0, attention_mask: 0, token_type_ids: 0}`` (labels of a masked LM: -100).
+        check_finite_loss: stop training when a replayed step's loss is NaN or inf (checked one step late).
         compile: deprecated no-op; ``True`` warns (the CPU ``torch.compile`` path was removed).
         accelerator, checkpoint_io, precision_plugin: as for ``SingleDeviceStrategy``.
     """
@@ -113,32 +82,21 @@ class CUDAGraphStrategy(SingleDeviceStrategy):
         max_graphs: int = 8,
         buckets: list[int] | None = None,
         pad_values: dict[str, float] | None = None,
+        check_finite_loss: bool = True,
         compile: bool = False,
     ) -> None:
         if compile:
             warnings.warn(COMPILE_REMOVED, DeprecationWarning, stacklevel=2)
-        for name, value in (("warmup_steps", warmup_steps), ("max_graphs", max_graphs)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {value!r}.")
-        if buckets is not None:
-            if not buckets or any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in buckets):
-                raise ValueError(f"buckets must be a non-empty list of positive sequence lengths, got {buckets!r}.")
-            if not pad_values:
-                raise ValueError(
-                    "buckets need pad_values naming the batch keys to pad and their pad value, "
-                    "e.g. {input_ids: 0, attention_mask: 0, token_type_ids: 0}."
-                )
-        elif pad_values:
-            raise ValueError(f"pad_values={pad_values!r} is only used with buckets; set buckets (e.g. [64, 128]) too.")
+        check_bucket_options(buckets, pad_values)
+        self.graph_cache = GraphCache(warmup_steps, max_graphs)  # checks both
         super().__init__(
             device=device if device is not None else "cpu",
             accelerator=accelerator, checkpoint_io=checkpoint_io, precision_plugin=precision_plugin,
         )
         self._device_given = device is not None
-        self.cuda_graphs = cuda_graphs
+        self.cuda_graphs, self.check_finite_loss = cuda_graphs, check_finite_loss
         self.buckets = sorted(set(buckets)) if buckets else None
         self.pad_values = dict(pad_values or {})
-        self.graph_cache = GraphCache(warmup_steps, max_graphs)
         self.refusal: str | None = "training has not started"  # why steps run eagerly (None: graphs on)
         self._said: set[str] = set()
         self._mode: str | None = None  # CAPTURE / REPLAY while optimizer_step runs Lightning's closure
@@ -146,43 +104,33 @@ class CUDAGraphStrategy(SingleDeviceStrategy):
         self._step_batch: Any = None
         self._step_key: tuple | None = None
         self._step_refusal: str | None = None
-        self._lrs: list[tuple[dict, Tensor]] = []
+        self._graphed: GraphedOptimizer | None = None
+        self._flag: NonFiniteFlag | None = None
         self._side_stream: torch.cuda.Stream | None = None
+        self._unvalidated: list[Metric] = []  # metrics whose validate_args (a host sync) is off while graphs replay
+        self._idle_recaptures = 0
 
     @property
     def root_device(self) -> torch.device:
-        """The device given, else ``cuda:0`` under a CUDA accelerator (or with none yet and CUDA present), else CPU."""
+        """The device given, else the Trainer's CUDA device (``cuda:0`` before there is a Trainer), else CPU."""
         if self._device_given:
             return self._root_device
         from lightning.pytorch.accelerators import CUDAAccelerator
 
         accelerator = self._accelerator
         cuda = isinstance(accelerator, CUDAAccelerator) or (accelerator is None and torch.cuda.is_available())
-        return torch.device("cuda", 0) if cuda else torch.device("cpu")
+        trainer = getattr(self._lightning_module, "_trainer", None)
+        requested = getattr(getattr(trainer, "_accelerator_connector", None), "_parallel_devices", None) or []
+        return graph_device(cuda, requested)
 
     # ------------------------------------------------------------------ when graphs apply
     def capture_refusal(self, trainer: pl.Trainer) -> str | None:
         """Why this run's training steps cannot be captured (``None``: they can)."""
-        module = trainer.lightning_module
         if not self.cuda_graphs:
             return "cuda_graphs=False"
         if self.root_device.type != "cuda":
             return f"no CUDA device (training on {self.root_device.type})"
-        if not module.automatic_optimization:
-            return "manual optimization: only Lightning's automatic optimization step can be captured"
-        if trainer.accumulate_grad_batches > 1:
-            return f"accumulate_grad_batches={trainer.accumulate_grad_batches}: gradient accumulation is not captured; use 1"
-        if getattr(self.precision_plugin, "scaler", None) is not None:
-            return "16-mixed precision: its GradScaler reads on the host whether to skip a step; use bf16-mixed or 32-true"
-        if len(self.optimizers) != 1:
-            return f"{len(self.optimizers)} optimizers: one is captured"
-        optimizer = self.optimizers[0]
-        if "capturable" not in optimizer.defaults:
-            return (
-                f"{type(optimizer).__name__} has no 'capturable' option, so its step cannot run in a CUDA graph; "
-                "use torch.optim.AdamW/Adam or comera_lightning.CAME"
-            )
-        return None
+        return run_refusal(trainer, self.precision_plugin, self.optimizers)
 
     def _say(self, message: str, *, warn: bool = True) -> None:
         """Tell the user once: a warning, or an info line for what is expected (e.g. no CUDA)."""
@@ -196,34 +144,66 @@ class CUDAGraphStrategy(SingleDeviceStrategy):
     def _graphs_on(self) -> bool:
         return self.refusal is None
 
+    def _turn_off(self, reason: str) -> None:
+        """Graphs off for the rest of the run: say why, free the graphs and their memory."""
+        self.refusal = reason
+        self._refuse(reason)
+        self._release()
+
+    def _release(self) -> None:
+        self.graph_cache.clear()
+        if self.root_device.type == "cuda" and torch.cuda.is_available():
+            torch.cuda.empty_cache()  # the graphs' pool goes back to the device, not only to the allocator's cache
+
     # ------------------------------------------------------------------ lifecycle
     def on_train_start(self) -> None:
         """Decide whether steps are captured; if so, make the optimizer capturable."""
         super().on_train_start()
         trainer = self.lightning_module.trainer
         self.graph_cache = GraphCache(self.graph_cache.warmup_steps, self.graph_cache.max_graphs)
+        self._idle_recaptures = 0
         self.refusal = self.capture_refusal(trainer)
         if self.refusal is not None:
             self._refuse(self.refusal, warn=self.cuda_graphs and self.root_device.type == "cuda")
-        else:
-            optimizer = self.optimizers[0]
-            self._lrs = [(optimizer.param_groups[i], lr) for i, lr in make_capturable_(optimizer).items()]
-            self._side_stream = torch.cuda.Stream(self.root_device)
+            return
+        self._graphed = GraphedOptimizer(self.optimizers[0])
+        self._flag = NonFiniteFlag(self.root_device) if self.check_finite_loss else None
+        self._side_stream = torch.cuda.Stream(self.root_device)
 
     def on_train_end(self) -> None:
-        """Free the graphs."""
+        """Check the last replayed steps' losses, free the graphs, give the optimizer and metrics their settings back."""
         super().on_train_end()
-        self.graph_cache.clear()
-        self._lrs, self._side_stream = [], None
+        try:
+            if self._flag is not None:
+                self._flag.check(wait=True)
+        finally:
+            self._stop_graphs()
 
     def teardown(self) -> None:
         """Free the graphs before the module leaves the device."""
-        self.graph_cache.clear()
+        self._stop_graphs()
         super().teardown()
 
+    def _stop_graphs(self) -> None:
+        self._release()
+        if self._graphed is not None:
+            self._graphed.restore()
+        for metric in self._unvalidated:
+            metric.validate_args = True
+        self._graphed, self._flag, self._side_stream, self._unvalidated = None, None, None, []
+
     def on_parameters_resized(self) -> None:
-        """Parameters were replaced by pruned ones (ComeraCallback calls this): drop the graphs."""
-        self.graph_cache.invalidate()
+        """Parameters may have been replaced by pruned ones (ComeraCallback calls this): re-capture if anything changed."""
+        if self._graphs_on() and self._graphed is not None:
+            self.graph_cache.follow(self._signature())
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], filepath: _PATH, storage_options: Any | None = None) -> None:
+        """Write ``checkpoint`` without capture settings (float LRs, the optimizer's own ``capturable``), never after a NaN step."""
+        if self._flag is not None:
+            self._flag.check(wait=True)  # raises for a NaN step not yet read
+        if self._graphed is not None:
+            checkpoint = plain_checkpoint(checkpoint, self._graphed)
+        super().save_checkpoint(checkpoint, filepath, storage_options)
 
     # ------------------------------------------------------------------ the step
     def batch_to_device(self, batch: Any, device: torch.device | None = None, dataloader_idx: int = 0) -> Any:
@@ -244,13 +224,15 @@ class CUDAGraphStrategy(SingleDeviceStrategy):
         return batch
 
     def training_step(self, *args: Any, **kwargs: Any) -> Any:
-        """The module's training step; while capturing, on the static batch with side effects deferred; on replay, its outputs."""
+        """The module's training step; while capturing, on the static batch (its loss flagged if not finite); on replay, its outputs."""
         if self._mode == REPLAY:
             return self._entry.reissue()
         if self._mode == CAPTURE:
-            with deferring(self.lightning_module) as calls:
-                outputs = super().training_step(self._entry.static_batch, *args[1:], **kwargs)
-            self._entry.outputs, self._entry.deferred = outputs, calls
+            outputs = super().training_step(self._entry.static_batch, *args[1:], **kwargs)
+            loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
+            if isinstance(loss, Tensor) and self._flag is not None:
+                self._flag.write(loss)
+            self._entry.outputs = outputs
             return outputs
         return super().training_step(*args, **kwargs)
 
@@ -265,17 +247,21 @@ class CUDAGraphStrategy(SingleDeviceStrategy):
         eager = functools.partial(super().optimizer_step, optimizer, closure, model, **kwargs)
         batch, key, refusal = self._step_batch, self._step_key, self._step_refusal
         self._step_batch = self._step_key = self._step_refusal = None
+        trainer = self.lightning_module.trainer
+        if self._graphs_on() and trainer.accumulate_grad_batches > 1:  # e.g. a GradientAccumulationScheduler
+            self._turn_off(f"accumulate_grad_batches changed to {trainer.accumulate_grad_batches} during training: "
+                           "gradient accumulation is not captured")
         if not self._graphs_on():
             return eager()
+        self._graphed.sync()  # before warm-ups and captures too: a float LR set now must not be frozen
         if batch is None:
             refusal = "the training batch did not pass through batch_to_device (a training_step taking a dataloader_iter?)"
         if refusal is not None:
             self._refuse(refusal)
             return eager()
-        entry = self.graph_cache.graphs.get(key)
-        if entry is not None and entry.param_ids != self._param_ids():
-            self._say("parameters were replaced without on_parameters_resized(); graphs are captured anew.", warn=False)
-            self.graph_cache.invalidate()
+        self._follow_signature()
+        if not self._graphs_on():
+            return eager()
         plan = self.graph_cache.plan(key)
         if plan == EAGER:
             self._refuse(f"more than max_graphs={self.graph_cache.max_graphs} batch shapes; set buckets or pad in the data")
@@ -292,6 +278,27 @@ class CUDAGraphStrategy(SingleDeviceStrategy):
             entry.load(batch)
         return self._replay(entry, closure)
 
+    def _signature(self) -> dict[str, Any]:
+        """What a captured step freezes: parameters (identity, shape), hyper-parameters, the callbacks' and module's say."""
+        module = self.lightning_module
+        signature = {"parameters": tuple((id(p), p.shape) for p in module.parameters()), **self._graphed.frozen()}
+        for i, owner in enumerate([*module.trainer.callbacks, module]):
+            if callable(getattr(owner, "cuda_graph_signature", None)):
+                signature[f"{type(owner).__name__}#{i}"] = owner.cuda_graph_signature()
+        return signature
+
+    def _follow_signature(self) -> None:
+        before = self.graph_cache.invalidations
+        changed = self.graph_cache.follow(self._signature())
+        if self.graph_cache.invalidations == before:
+            return
+        self._idle_recaptures += 1
+        if self._idle_recaptures >= MAX_IDLE_RECAPTURES:
+            self._turn_off(
+                f"what the captured step froze ({', '.join(changed)}) changed {MAX_IDLE_RECAPTURES} times in a row before any "
+                "replay; a scheduler changing momentum/betas every step cannot be captured (e.g. OneCycleLR(cycle_momentum=False))"
+            )
+
     def _on_side_stream(self, run: Callable[[], Any]) -> Any:
         current = torch.cuda.current_stream(self.root_device)
         self._side_stream.wait_stream(current)
@@ -300,36 +307,43 @@ class CUDAGraphStrategy(SingleDeviceStrategy):
         current.wait_stream(self._side_stream)
         return result
 
-    def _param_ids(self) -> tuple[int, ...]:
-        return tuple(map(id, self.lightning_module.parameters()))
-
     def _capture(self, key: tuple, batch: Any, optimizer: torch.optim.Optimizer, eager: Callable[[], Any]) -> StepGraph | None:
+        refusal = accumulation_refusal(self.lightning_module, optimizer)
+        if refusal is not None:
+            return self._turn_off(refusal)
         entry = StepGraph(batch)
         optimizer.zero_grad(set_to_none=True)  # backward then allocates the gradients from the graph's pool
         stream = torch.cuda.current_stream(self.root_device)
+        if self.graph_cache.pool is None:
+            self.graph_cache.pool = torch.cuda.graph_pool_handle()  # one pool for every key until the next invalidation
         self._mode, self._entry = CAPTURE, entry
         try:
-            entry.capture(eager)
-        except Exception as err:  # any failure: say why, stay eager for the rest of the run
+            with deferring(self.lightning_module) as calls:  # log calls of the step and of its hooks
+                entry.capture(eager, self.graph_cache.pool)
+            entry.deferred = calls
+        except Exception as err:  # any failure (an OOM included): say why, free every graph, stay eager
             torch.cuda.set_stream(stream)
             optimizer.zero_grad(set_to_none=True)
-            self.refusal = f"capturing the training step failed ({type(err).__name__}: {err})"
-            self._refuse(self.refusal)
+            self._turn_off(f"capturing the training step failed ({type(err).__name__}: {err})")
             return None
         finally:
             self._mode = self._entry = None
-        params = list(self.lightning_module.parameters())
-        entry.grads = [(p, p.grad) for p in params]
-        entry.param_ids = tuple(map(id, params))
+        entry.grads = [(p, p.grad) for p in self.lightning_module.parameters()]
         self.graph_cache.store(key, entry)
+        self._after_capture(entry)
         return entry
 
+    def _after_capture(self, entry: StepGraph) -> None:
+        self._unvalidated += skip_argument_checks(self.lightning_module)
+        bar = self.lightning_module.trainer.progress_bar_callback
+        if getattr(bar, "refresh_rate", 0) == 1 and any(call.kwargs.get("prog_bar") for call in entry.deferred):
+            self._say("the progress bar refreshes every step and reads the prog_bar values on the host, a GPU sync per "
+                      "step; use e.g. TQDMProgressBar(refresh_rate=20) to keep replayed steps free of host syncs.")
+
     def _replay(self, entry: StepGraph, closure: Callable[[], Any]) -> Any:
-        for group, lr in self._lrs:  # a learning rate set as a float (not through fill_) goes into the graph's tensor
-            if group["lr"] is not lr:
-                lr.copy_(group["lr"]) if isinstance(group["lr"], Tensor) else lr.fill_(float(group["lr"]))
-                group["lr"] = lr
         entry.replay()
+        self.graph_cache.replayed()
+        self._idle_recaptures = 0
         self._mode, self._entry = REPLAY, entry
         try:
             loss = closure()  # Lightning's bookkeeping: training_step re-logs and returns the outputs, no backward
@@ -337,4 +351,7 @@ class CUDAGraphStrategy(SingleDeviceStrategy):
             self._mode = self._entry = None
         for param, grad in entry.grads:  # the closure's zero_grad dropped them; the graph wrote this step's
             param.grad = grad
+        if self._flag is not None:
+            self._flag.arm(self.lightning_module.trainer.global_step)
+            self._flag.check(wait=False)
         return loss
