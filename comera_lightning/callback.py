@@ -19,13 +19,11 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback
-from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from lightning.pytorch.utilities.model_helpers import is_overridden
 from typing_extensions import override
 
 from .checkpoint import install_checkpoint_loading
-from .checkpoint_io import AtomicCheckpointIO
 from .compression_logging import compression_metrics, log_rank_table, warn_rank0
 from .data.resumable import record_consumed_batches
 from .gate_optimizer import DEFAULT_GATE_LR, GateOptimizer, drop_gates_from_saved_states
@@ -37,10 +35,9 @@ from .schedule import ComeraObjective, LossTarget, StageSchedule
 from .schedule.legacy import from_flat_state
 from .tensorize import tensorize
 from .tensorize_config import TensorizeConfig
+from .trainer_support import capturing, check_supported, mean_over_ranks, rewrap_ddp, use_atomic_checkpoints
 
 __all__ = ["ComeraCallback"]
-
-UNSUPPORTED_STRATEGIES = ("FSDPStrategy", "DeepSpeedStrategy", "ModelParallelStrategy", "XLAStrategy", "SingleDeviceXLAStrategy")
 
 
 class ComeraCallback(Callback):
@@ -114,8 +111,8 @@ class ComeraCallback(Callback):
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         """Check the run is supported; tensorize now, or right after ``configure_model`` when the module has one."""
         self._trainer = trainer
-        _check_supported(trainer, pl_module, self.allow_manual_optimization)
-        _use_atomic_checkpoints(trainer)
+        check_supported(trainer, pl_module, self.allow_manual_optimization)
+        use_atomic_checkpoints(trainer)
         if is_overridden("configure_model", pl_module, pl.LightningModule):
             wrap_method(pl_module, "configure_model", lambda result: self._tensorize(pl_module))
         else:
@@ -188,7 +185,7 @@ class ComeraCallback(Callback):
     # ------------------------------------------------------------------ objective
     def objective(self, task_loss: torch.Tensor) -> torch.Tensor:
         """The current stage's training objective for a task loss ``L`` (docs/METHOD.md §2)."""
-        if self.check_finite_loss and not _capturing() and not bool(torch.isfinite(task_loss.detach()).all()):
+        if self.check_finite_loss and not capturing() and not bool(torch.isfinite(task_loss.detach()).all()):
             raise non_finite_error(task_loss, self._trainer)
         loss = self.stage_objective(task_loss, self.schedule.stage)
         self.loss_target.observe(self.stage_objective.last["task_loss"])
@@ -226,12 +223,12 @@ class ComeraCallback(Callback):
         schedule = self.schedule
         at_switch = schedule.stage == "late" and schedule.late_start_step == trainer.global_step
         if self.loss_target.refreshable and at_switch and not trainer.sanity_checking:
-            self.stage_objective.loss_target = _mean_over_ranks(trainer, self.loss_target.resolve(trainer.callback_metrics))
+            self.stage_objective.loss_target = mean_over_ranks(trainer, self.loss_target.resolve(trainer.callback_metrics))
             rank_zero_info(f"ComeraCallback: L₀={self.stage_objective.loss_target:.4f} from the validation at the stage switch.")
 
     def _carry_out(self, event: str | None, trainer: pl.Trainer, pl_module: pl.LightningModule, epochs_done: int) -> None:
         if event == "switch":
-            self.stage_objective.enter_late(_mean_over_ranks(trainer, self.loss_target.resolve(trainer.callback_metrics)))
+            self.stage_objective.enter_late(mean_over_ranks(trainer, self.loss_target.resolve(trainer.callback_metrics)))
             self.schedule.enter_late(epochs_done, trainer.global_step)
             rank_zero_info(f"ComeraCallback: late stage from step {trainer.global_step}: {self.stage_objective.describe()}.")
             self._prune(trainer, pl_module, "stage switch")
@@ -246,7 +243,7 @@ class ComeraCallback(Callback):
         summary = prune_(pl_module, [*trainer.optimizers, *self.gate_optimizer.optimizers()])
         self.schedule.record_prune(trainer.global_step)
         if summary.removed:
-            _rewrap_ddp(trainer)
+            rewrap_ddp(trainer)
         getattr(trainer.strategy, "on_parameters_resized", lambda: None)()  # e.g. CUDAGraphStrategy re-captures
         rank_zero_info(
             f"ComeraCallback: prune ({reason}) at step {trainer.global_step}: "
@@ -314,47 +311,3 @@ def _tensorize_config(config: TensorizeConfig | Mapping[str, Any] | None, shortc
         config = TensorizeConfig.from_dict(config)
     changes = {**{k: v for k, v in shortcuts.items() if v is not None}, **legacy}
     return (config if config is not None else TensorizeConfig()).replace(**changes)
-
-
-def _check_supported(trainer: pl.Trainer, pl_module: pl.LightningModule, allow_manual_optimization: bool) -> None:
-    name = type(trainer.strategy).__name__
-    if name in UNSUPPORTED_STRATEGIES:
-        raise ValueError(
-            f"ComeraCallback does not support {name} yet: pruning changes parameter shapes, which sharded "
-            "strategies cannot follow. Use a single device, 'ddp' (also 'ddp_spawn'), or "
-            "comera_lightning.strategy.CUDAGraphStrategy."
-        )
-    if not pl_module.automatic_optimization and not allow_manual_optimization:
-        raise ValueError(
-            f"{type(pl_module).__name__} uses manual optimization, where ComeraCallback cannot add the rank "
-            "objective for you. Pass allow_manual_optimization=True and call `loss = callback.objective(loss)` "
-            "before `self.manual_backward(loss)`."
-        )
-
-
-def _use_atomic_checkpoints(trainer: pl.Trainer) -> None:
-    """Swap Lightning's default checkpoint writer for one that never leaves a truncated file (a custom one is kept)."""
-    if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:
-        trainer.strategy.checkpoint_io = AtomicCheckpointIO()
-
-
-def _mean_over_ranks(trainer: pl.Trainer, value: float) -> float:
-    """``value`` averaged over the processes (an unsynchronised validation loss differs by rank): one L₀ everywhere."""
-    if trainer.world_size == 1:
-        return value
-    device = trainer.strategy.root_device
-    return float(trainer.strategy.reduce(torch.tensor(value, dtype=torch.float64, device=device), reduce_op="mean"))
-
-
-def _capturing() -> bool:
-    """True while a CUDA graph is being captured, where a host sync (the finite-loss check) is not allowed."""
-    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
-
-
-def _rewrap_ddp(trainer: pl.Trainer) -> None:
-    """DDP's reducer buckets are sized for the old shapes: wrap the module again."""
-    from torch.nn.parallel import DistributedDataParallel
-
-    strategy = trainer.strategy
-    if isinstance(strategy.model, DistributedDataParallel) and hasattr(strategy, "_setup_model"):
-        strategy.model = strategy._setup_model(strategy.model.module)
