@@ -92,8 +92,9 @@ def assert_fresh(model: nn.Module, inputs, mode: str = "no_grad") -> torch.Tenso
     return out
 
 
-def train_step(model: nn.Module, inputs, optimizer: torch.optim.Optimizer) -> None:
-    model.train()
+def train_step(model: nn.Module, inputs, optimizer: torch.optim.Optimizer, mode: bool = True) -> None:
+    """One step; ``mode=False`` steps in eval mode, so only the parameters' in-place change can invalidate the cache."""
+    model.train(mode)
     model(inputs).square().mean().backward()
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
@@ -138,7 +139,7 @@ def test_cached_eval_is_never_stale(kind):
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
     before = assert_fresh(model, inputs)
 
-    train_step(model, inputs, optimizer)  # in-place optimizer step
+    train_step(model, inputs, optimizer, mode=False)  # in-place optimizer step, no train() call
     after_step = assert_fresh(model, inputs)
     assert not torch.equal(after_step, before)
 
@@ -157,7 +158,7 @@ def test_cached_eval_is_never_stale(kind):
     other.eval()
     torch.testing.assert_close(assert_fresh(model, inputs), cached_output(other, inputs), rtol=0, atol=0)
 
-    train_step(model, inputs, optimizer)  # train() drops the cache; the step changes the cores again
+    train_step(model, inputs, optimizer)  # train(), then a step that changes the cores again
     assert_fresh(model, inputs, "inference_mode")
 
 

@@ -117,7 +117,8 @@ class TTModule(TensorizedModule):
         self.__dict__.pop("_inference_cache", None)
 
     def train(self, mode: bool = True) -> "TTModule":
-        self.clear_inference_cache()
+        if mode:  # training changes the cores: free the cached factors now
+            self.clear_inference_cache()
         return super().train(mode)
 
     def __getstate__(self) -> dict:

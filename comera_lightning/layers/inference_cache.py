@@ -13,7 +13,7 @@ result is kept and reused, keyed on everything that could change it:
 
 Nothing is cached while autograd could need the graph (grad mode on), in training mode (the
 forward updates the ``alive`` masks there), while tracing/compiling (the cache would bake
-constants into the graph) or during CUDA-graph capture. ``train()`` drops the cache.
+constants into the graph) or during CUDA-graph capture. ``train()`` (entering training) drops the cache.
 """
 
 from __future__ import annotations
