@@ -3,13 +3,15 @@
 The forms hold only plain tensors and plain ops (``F.linear``, ``F.embedding``, ``bmm``), so an
 exported program needs torch alone:
 
-* ``TTLinear`` / ``TTConv1D`` -> **two factors** ``A (r, in)`` and ``B (out, r)`` of the bond between
-  the input and the output cores, applied as two matmuls (``nn.Linear(in, r)`` then
-  ``nn.Linear(r, out)``): ``r·(in + out)`` multiply-adds and parameters per token, against
-  ``in·out`` for the dense weight. Chosen whenever it is smaller than dense; otherwise the
-  dense ``nn.Linear``. The cores themselves are smaller still, but running from them means
-  contracting them again on every call (what ``TTLinear.forward`` pays in training); the
-  factors are contracted once, here.
+* ``TTLinear`` / ``TTConv1D`` -> either its **cores** (dead ranks sliced out, gates folded in),
+  contracted on every call into the two factors of the bond between input and output cores and
+  applied as two matmuls, or those **two factors** stored contracted (``nn.Linear(in, r)`` then
+  ``nn.Linear(r, out)``), or the **dense** ``nn.Linear``. Per token the two matmuls cost
+  ``r·(in + out)`` multiply-adds against ``in·out`` dense; re-contracting the cores costs a fixed
+  amount per call. The cores are kept when that contraction costs at most ``CONTRACTION_SHARE``
+  (10 %) of the layer's matmuls for the tokens the example inputs send through it: the file is
+  then about the size of the pruned parameters (the factors are about 5x larger at the paper's
+  ranks) for a few per cent of time. Otherwise the factors, unless dense is smaller.
 * ``TTEmbedding`` -> **two half tables**, the TT fast lookup with its tables built once: row ``i``
   is ``left[i // N_R] @ right[i % N_R]`` (``(M_L, r) @ (r, M_R)``). The cut is the bond with the
   smallest tables; the dense ``nn.Embedding`` when that is smaller.
@@ -22,19 +24,49 @@ import torch.nn.functional as F
 from torch import nn
 
 from .layers import TTEmbedding, TTLinear
+from .layers.contraction import chain_cost, contract_chain
 from .layers.shapes import prod
 
-__all__ = ["FactorizedEmbedding", "embedding_form", "linear_form"]
+__all__ = ["CONTRACTION_SHARE", "CoresLinear", "FactorizedEmbedding", "embedding_form", "linear_form"]
+
+#: The largest share of a layer's matmul work that re-contracting its cores on every call may add.
+CONTRACTION_SHARE = 0.1
 
 
-def linear_form(layer: TTLinear) -> nn.Module:
-    """Two ``nn.Linear`` through the input/output bond, or one dense ``nn.Linear`` when that is smaller."""
+class CoresLinear(nn.Module):
+    """``y = (x A) B + bias`` with ``A``, ``B`` contracted from the stored cores on every call."""
+
+    def __init__(self, layer: TTLinear) -> None:
+        super().__init__()
+        self.cores = nn.ParameterList(nn.Parameter(c.detach().clone(), requires_grad=False) for c in layer.gated_cores())
+        self.bias = None if layer.bias is None else nn.Parameter(layer.bias.detach().clone(), requires_grad=False)
+        self.split, self.in_features, self.out_features = len(layer.in_modes), layer.in_features, layer.out_features
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        cores = list(self.cores)
+        left, right = contract_chain(cores[: self.split]), contract_chain(cores[self.split :])
+        a = left.reshape(-1, left.shape[-1])[: self.in_features]
+        b = right.reshape(right.shape[0], -1)[:, : self.out_features]
+        y = (x @ a) @ b
+        return y + self.bias if self.bias is not None else y
+
+
+def _contraction_cost(layer: TTLinear) -> int:
+    bonds, sizes, split = [1, *layer.physical_ranks, 1], [c.shape[1] for c in layer.cores], len(layer.in_modes)
+    return chain_cost(bonds[: split + 1], sizes[:split]) + chain_cost(bonds[split:], sizes[split:])
+
+
+def linear_form(layer: TTLinear, tokens: int = 0) -> nn.Module:
+    """The cores, two factors or one dense ``nn.Linear`` (module docstring), for ``tokens`` rows per call (0: unknown)."""
     with torch.no_grad():
         split = len(layer.in_modes)
-        left, right = layer.halves(split)
-        rank = left.shape[-1]
-        if rank * (layer.in_features + layer.out_features) >= layer.in_features * layer.out_features:
+        rank = layer.physical_ranks[split - 1]
+        matmuls = rank * (layer.in_features + layer.out_features)
+        if matmuls >= layer.in_features * layer.out_features:
             return layer.to_linear()
+        if tokens and _contraction_cost(layer) <= CONTRACTION_SHARE * tokens * matmuls:
+            return CoresLinear(layer)
+        left, right = layer.halves(split)
         a = left.reshape(prod(layer.in_modes), rank)[: layer.in_features]
         b = right.reshape(rank, prod(layer.out_modes))[:, : layer.out_features]
         first = nn.Linear(layer.in_features, rank, bias=False, device=a.device, dtype=a.dtype)

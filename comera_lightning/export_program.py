@@ -19,13 +19,16 @@ from torch import nn
 
 from .export_forms import embedding_form, linear_form
 from .layers import TTEmbedding, TTLinear, TTModule
+from .rank import tt_layers
 
 __all__ = ["export", "inference_copy"]
 
 
-def inference_copy(model: nn.Module) -> nn.Module:
-    """A copy of ``model`` in eval mode with every TT layer in its inference form; ``model`` is untouched.
+def inference_copy(model: nn.Module, example_inputs: Sequence[Any] = ()) -> nn.Module:
+    """A copy of ``model`` in eval mode, dead ranks pruned, every TT layer in its inference form; ``model`` is untouched.
 
+    ``example_inputs`` (run once through the copy) give each ``TTLinear`` the number of rows it
+    sees per call, which decides between cores and factors (``export_forms.py``).
     A ``DLRMClassifier`` (or a TorchRec ``DLRM``) becomes its dense-tensor entry point
     (``export_dlrm.DenseInputDLRM``): ``(dense (B, num_dense), ids (B, features, L))``, -1 = no id.
     """
@@ -35,17 +38,41 @@ def inference_copy(model: nn.Module) -> nn.Module:
         return dense_input_dlrm(model)
     trainer = getattr(model, "_trainer", None)
     plain = copy.deepcopy(model, {id(trainer): None} if trainer is not None else {}).eval()
-    replace_tt_layers_(plain)
+    for _, layer in tt_layers(plain):
+        layer.prune_()  # dead indices (gates at or below the threshold) carry nothing: slice them out
+    replace_tt_layers_(plain, _rows_per_call(plain, example_inputs) if example_inputs else {})
     return plain
 
 
-def replace_tt_layers_(module: nn.Module) -> None:
-    """Swap every ``TTLinear``/``TTEmbedding`` under ``module`` (already in eval mode) for its inference form, in place."""
+def _rows_per_call(model: nn.Module, example_inputs: Sequence[Any]) -> dict[str, int]:
+    """Rows each ``TTLinear`` of ``model`` gets per call on ``example_inputs`` (its largest call)."""
+    rows: dict[str, int] = {}
+    hooks = [
+        layer.register_forward_pre_hook(
+            lambda _, args, name=name, width=layer.in_features: rows.__setitem__(name, max(rows.get(name, 0), args[0].numel() // width))
+        )
+        for name, layer in tt_layers(model) if isinstance(layer, TTLinear)
+    ]
+    try:
+        with torch.no_grad():
+            model(*example_inputs)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return rows
+
+
+def replace_tt_layers_(module: nn.Module, rows: dict[str, int] | None = None) -> None:
+    """Swap every ``TTLinear``/``TTEmbedding`` under ``module`` (in eval mode) for its inference form, in place.
+
+    ``rows``: rows per call of each ``TTLinear`` by name (``_rows_per_call``); unknown means factors.
+    """
+    rows = rows or {}
     for name, layer in list(module.named_modules()):
         if not isinstance(layer, TTModule):
             continue
         if isinstance(layer, TTLinear):
-            form = linear_form(layer)
+            form = linear_form(layer, rows.get(name, 0))
         elif isinstance(layer, TTEmbedding):
             form = embedding_form(layer)
         else:
@@ -80,14 +107,14 @@ def export(
     dynamic (torch.export specialises sizes 0 and 1). ``dynamic_shapes="auto"`` lets every dim
     vary that the model allows; pass ``None`` for static shapes or a ``torch.export`` spec.
     ``path`` must not exist unless ``overwrite=True``. The outputs equal ``model``'s in eval
-    mode up to float rounding (the factors are contracted in another order: about 1e-5 relative in float32).
+    mode up to float rounding (the cores are contracted in another order: about 1e-5 relative in float32).
     """
     example_inputs = tuple(example_inputs)
     target = Path(path) if path is not None else None
     if target is not None and target.exists() and (target.is_dir() or not overwrite):
         what = "a directory" if target.is_dir() else "an existing file (pass overwrite=True to replace it)"
         raise FileExistsError(f"export: {target} is {what}; choose another path.")
-    plain = inference_copy(model)
+    plain = inference_copy(model, example_inputs)
     if dynamic_shapes == "auto":
         dynamic_shapes = _auto_dims(example_inputs)
     with torch.no_grad():
