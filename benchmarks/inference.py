@@ -16,10 +16,13 @@ in this order:
   ``--warmup``, and the ratios dense / system. The DLRM's exported inputs (``kjt_to_ids``) are
   converted outside the timed call.
 
-Run time on 2 shared cores: about 8 minutes (``--quick``: about 4).
+Run time on 2 shared cores: about 3 minutes (``--quick``: about 2). On a shared host use
+``--threads 1``: with 2 threads, rounds stall whenever another process holds a core
+(docs/INFERENCE.md, "Threads").
 
     .venv/bin/python benchmarks/inference.py [--quick] [--workloads transformer,dlrm] [--rounds 7]
         [--warmup 2] [--threads 2] [--out benchmarks/results/inference.json]
+    (benchmarks/results/inference.json: ``--threads 1 --rounds 9``)
 """
 
 from __future__ import annotations
@@ -182,7 +185,8 @@ def main(argv: list[str] | None = None) -> None:
     import inference_systems as systems
 
     start = time.perf_counter()
-    shown = [a for a in (argv if argv is not None else sys.argv[1:]) if not a.startswith("--out")]  # no local paths
+    given = list(argv if argv is not None else sys.argv[1:])
+    shown = [a for i, a in enumerate(given) if not a.startswith("--out") and (i == 0 or given[i - 1] != "--out")]  # no local paths
     report: dict[str, Any] = {"machine": machine_basics(), "command": " ".join(["benchmarks/inference.py", *shown])}
     with tempfile.TemporaryDirectory(prefix="comera_inference_") as folder:
         files = Path(folder)
