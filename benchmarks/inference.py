@@ -16,12 +16,12 @@ in this order:
   ``--warmup``, and the ratios dense / system. The DLRM's exported inputs (``kjt_to_ids``) are
   converted outside the timed call.
 
-Run time on 2 shared cores: about 3 minutes (``--quick``: about 2). On a shared host use
-``--threads 1``: with 2 threads, rounds stall whenever another process holds a core
+Run time on 2 shared cores: about 3 minutes (``--quick``: about 2). One torch thread by default:
+with 2 threads on a shared host, rounds stall whenever another process holds a core
 (docs/INFERENCE.md, "Threads").
 
     .venv/bin/python benchmarks/inference.py [--quick] [--workloads transformer,dlrm] [--rounds 7]
-        [--warmup 2] [--threads 2] [--out benchmarks/results/inference.json]
+        [--warmup 2] [--threads 1] [--out benchmarks/results/inference.json]
     (benchmarks/results/inference.json: ``--threads 1 --rounds 9``)
 """
 
@@ -164,7 +164,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--workloads", default="transformer,dlrm")
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (1: see the module docstring)")
     parser.add_argument("--quick", action="store_true", help="3 rounds, 1 warm-up")
     parser.add_argument("--out", default=str(Path(__file__).resolve().parent / "results" / "inference.json"))
     parser.add_argument("--worker", help=argparse.SUPPRESS)

@@ -9,9 +9,9 @@ exported program needs torch alone:
   ``nn.Linear(r, out)``), or the **dense** ``nn.Linear``. Per token the two matmuls cost
   ``r·(in + out)`` multiply-adds against ``in·out`` dense; re-contracting the cores costs a fixed
   amount per call. The cores are kept when that contraction costs at most ``CONTRACTION_SHARE``
-  (10 %) of the layer's matmuls for the tokens the example inputs send through it: the file is
-  then about the size of the pruned parameters (the factors are about 5x larger at the paper's
-  ranks) for a few per cent of time. Otherwise the factors, unless dense is smaller.
+  (10 %) of the layer's matmuls for the tokens the example inputs send through it: the stored
+  weights are then the pruned parameters (the factors are about 5x larger at the paper's ranks)
+  for a few per cent of time. Otherwise the factors, unless dense is smaller.
 * ``TTEmbedding`` -> **two half tables**, the TT fast lookup with its tables built once: row ``i``
   is ``left[i // N_R] @ right[i % N_R]`` (``(M_L, r) @ (r, M_R)``). The cut is the bond with the
   smallest tables; the dense ``nn.Embedding`` when that is smaller.
