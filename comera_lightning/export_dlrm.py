@@ -73,7 +73,9 @@ def dense_input_dlrm(model: nn.Module) -> DenseInputDLRM:
     for config in ebc.embedding_bag_configs():
         table = ebc.embedding_bags[config.name]
         if isinstance(table, TTEmbedding):
-            table = embedding_form(copy.deepcopy(table).eval())
+            table = copy.deepcopy(table).eval()
+            table.prune_()  # dead ranks carry nothing: slice them out before building the half tables
+            table = embedding_form(table)
         elif isinstance(table, nn.EmbeddingBag):  # a dense TorchRec table
             table = nn.Embedding.from_pretrained(table.weight.detach().clone(), freeze=True)
         else:
