@@ -10,6 +10,8 @@ in turn, on the same machine in the same run, and writes ``benchmarks/results/su
 * ``optimizers`` — CAME vs AdamW vs Adafactor state bytes, step time and whole-training peak
   memory, one process per (model, optimizer) (``optimizer_memory.py``);
 * ``dlrm`` — dense vs TT embeddings at Criteo Kaggle scale (``dlrm_memory.py``);
+* ``inference`` — after training: latency, peak memory and file size of the paper's Transformer and
+  the Criteo-Kaggle DLRM, dense vs tensorized vs pruned vs exported (``inference.py``);
 * ``compression`` — compression per stage with the accuracy/loss reached, for the three
   workloads, through the same code path as ``make demo``.
 
@@ -41,6 +43,7 @@ SCRIPTS: dict[str, tuple[str, list[str], list[str]]] = {
     "optimizers": ("optimizer_memory.py", ["--timed-steps", "3", "--steps", "100", "--seeds", "1",
                                            "--peak-batch", "2", "--peak-steps", "1"], []),
     "dlrm": ("dlrm_memory.py", ["--dims", "16", "--steps", "2", "--warmup", "1"], []),
+    "inference": ("inference.py", ["--quick"], []),
 }
 #: The workload configs of the compression comparison (the same through ``make demo``).
 WORKLOADS = {

@@ -4,6 +4,7 @@ from . import registry
 from ._optional import lazy_exports
 from .callback import ComeraCallback
 from .checkpoint import tensorized_checkpoints
+from .export_program import export
 from .gate_optimizer import GateOptimizer
 from .layers import TensorizedModule, TTEmbedding, TTLinear
 from .optim import CAME
@@ -14,7 +15,7 @@ from .tensorize_config import TensorizeConfig
 
 __all__ = [
     "CAME", "CUDAGraphStrategy", "ComeraCallback", "Converter", "GateOptimizer", "TTEmbedding", "TTEmbeddingBagCollection",
-    "TTLinear", "TensorizeConfig", "TensorizeReport", "TensorizedModule", "register_converter", "registry", "tensorize",
+    "TTLinear", "TensorizeConfig", "TensorizeReport", "TensorizedModule", "export", "register_converter", "registry", "tensorize",
     "tensorized_checkpoints", "to_dense",
 ]
 __version__ = "0.1.0"

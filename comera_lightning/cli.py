@@ -23,6 +23,7 @@ to ``compression.png`` beside ``metrics.csv``.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -189,5 +190,9 @@ def finish_wandb(trainer: Trainer | None) -> None:
 
 def main(args: Sequence[str] | None = None) -> None:
     """Entry point of the ``comera-lightning`` console script and of ``python -m comera_lightning``."""
+    from .export_cli import run_export_cli  # `export` and `predict --program` (docs/INFERENCE.md)
+
+    if run_export_cli(list(args) if args is not None else sys.argv[1:]):
+        return
     cli = ComeraCLI(args=list(args) if args is not None else None)
     finish_wandb(getattr(cli, "trainer", None))

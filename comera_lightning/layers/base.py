@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from .contract import TensorizedModule
+from .inference_cache import InferenceCache, caching_allowed
 
 __all__ = ["TTModule", "PruneRecord"]
 
@@ -95,6 +96,35 @@ class TTModule(TensorizedModule):
             rank = self.cores[k].shape[-1]
             self.gates[k] = _fresh_parameter(torch.ones(rank, dtype=gate.dtype, device=gate.device), gate)
             setattr(self, f"alive_{k}", torch.ones(rank, dtype=torch.bool, device=gate.device))
+
+    # ------------------------------------------------------------------ inference cache
+    def cached(self, key: object, compute: Callable[[], object]) -> object:
+        """``compute()``, reused at inference until a core, gate or mask changes (``inference_cache.py``).
+
+        In training mode or with grad enabled this is just ``compute()``: nothing is kept.
+        """
+        if not caching_allowed(self.training):
+            return compute()
+        tensors = (*self.cores, *self.gates, *self._alive_masks())
+        cache = self.__dict__.get("_inference_cache")
+        if cache is None or not cache.matches(tensors, self.gate_threshold):
+            cache = InferenceCache.of(tensors, self.gate_threshold)
+            self.__dict__["_inference_cache"] = cache
+        return cache.get(key, compute)
+
+    def clear_inference_cache(self) -> None:
+        """Drop the cached factors (they are rebuilt on the next inference call)."""
+        self.__dict__.pop("_inference_cache", None)
+
+    def train(self, mode: bool = True) -> "TTModule":
+        if mode:  # training changes the cores: free the cached factors now
+            self.clear_inference_cache()
+        return super().train(mode)
+
+    def __getstate__(self) -> dict:
+        state = dict(super().__getstate__())
+        state.pop("_inference_cache", None)  # weak references do not pickle; the cache is rebuilt anyway
+        return state
 
     # ------------------------------------------------------------------ gates and ranks
     def _alive_masks(self) -> list[torch.Tensor]:

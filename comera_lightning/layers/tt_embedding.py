@@ -138,7 +138,7 @@ class TTEmbedding(TTModule):
         return LayerSummary("embedding", (self.num_embeddings, self.embedding_dim), modes, self.physical_ranks)
 
     # ------------------------------------------------------------------ lookup
-    def _half_tables(self, split: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def half_tables(self, split: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Left table ``(N_L, M_L, r)`` and right table ``(N_R, r, M_R)`` for a cut after core ``split-1``."""
         cores = self.gated_cores()
         k_left, k_right = split, len(cores) - split
@@ -183,8 +183,8 @@ class TTEmbedding(TTModule):
         """Rows for a 1-D tensor of ids, ``(len(ids), embedding_dim)``."""
         if 0 in self.physical_ranks:
             return self.dead_output((ids.numel(), self.embedding_dim), self.cores[0].new_zeros(()))  # ids carry no gradient
-        split = self.best_split(ids.numel())
-        left, right = self._half_tables(split)
+        split = self.best_split(ids.numel())  # (the tables' cost keeps them small, also when cached)
+        left, right = self.cached(("half_tables", split), lambda: self.half_tables(split))
         n_right = right.shape[0]
         # F.embedding gathers with a much faster backward than advanced indexing on CPU.
         left_rows = F.embedding(ids // n_right, left.flatten(1)).view(-1, *left.shape[1:])

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .base import TTModule
+from .inference_cache import caching_allowed
 from .contract import LayerSummary, format_modes
 from .contraction import chain_cost, contract_chain, tt_svd
 from .shapes import bond_rank_caps, factorize, prod
@@ -142,8 +143,11 @@ class TTLinear(TTModule):
         return LayerSummary(self.summary_kind, (self.in_features, self.out_features), modes, self.physical_ranks)
 
     # ------------------------------------------------------------------ forward
-    def _split_cost(self, split: int, tokens: int) -> int:
-        """Multiply-adds of the forward when the train is cut after core ``split - 1``."""
+    def _split_cost(self, split: int, tokens: int, contract: bool = True) -> int:
+        """Multiply-adds of the forward when the train is cut after core ``split - 1``.
+
+        ``contract=False``: the two halves are already contracted (cached at inference), only the per-token cost counts.
+        """
         sizes = [c.shape[1] for c in self.cores]
         bonds = [1, *self.physical_ranks, 1]
         n_in, rank = len(self.in_modes), bonds[split]
@@ -153,11 +157,18 @@ class TTLinear(TTModule):
         else:  # carry part of the output: N·r·O1·(P_in + O2)
             outer, inner = prod(sizes[n_in:split]), prod(sizes[split:])
             per_token = rank * outer * (prod(self.in_modes) + inner)
+        if not contract:
+            return tokens * per_token
         return tokens * per_token + chain_cost(bonds[: split + 1], sizes[:split]) + chain_cost(bonds[split:], sizes[split:])
 
-    def best_split(self, tokens: int) -> int:
+    def best_split(self, tokens: int, contract: bool = True) -> int:
         """The cut (number of cores on the left) with the fewest multiply-adds for ``tokens`` rows."""
-        return min(range(1, len(self.cores)), key=lambda s: (self._split_cost(s, tokens), abs(s - len(self.in_modes))))
+        return min(range(1, len(self.cores)), key=lambda s: (self._split_cost(s, tokens, contract), abs(s - len(self.in_modes))))
+
+    def halves(self, split: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The cores left of bond ``split`` contracted to ``(1, ∏ left modes, r)``, those right of it to ``(r, ∏ right modes, 1)``."""
+        cores = self.gated_cores()
+        return contract_chain(cores[:split]), contract_chain(cores[split:])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.shape[-1] != self.in_features:
@@ -168,10 +179,12 @@ class TTLinear(TTModule):
         if 0 in self.physical_ranks:  # a bond pruned to rank 0: only the bias is left
             y = self.dead_output((tokens, self.out_features), x2)
             return (y + self.bias if self.bias is not None else y).reshape(*lead, self.out_features)
-        cores = self.gated_cores()
-        split = self.best_split(tokens)
-        left = contract_chain(cores[:split])  # (1, ∏ left modes, r)
-        right = contract_chain(cores[split:])  # (r, ∏ right modes, 1)
+        if caching_allowed(self.training):  # inference: the halves are contracted once and reused
+            split = self.best_split(tokens, contract=False)
+            left, right = self.cached(("halves", split), lambda: self.halves(split))
+        else:
+            split = self.best_split(tokens)
+            left, right = self.halves(split)
         rank = left.shape[-1]
         p_in, p_out, n_in = prod(self.in_modes), prod(self.out_modes), len(self.in_modes)
         if split == n_in:

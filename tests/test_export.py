@@ -1,0 +1,178 @@
+"""comera_lightning.export: trained tensorized models as plain-PyTorch programs, loaded where comera_lightning is not."""
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from comera_lightning import export, tensorize
+from comera_lightning.export_dlrm import feature_names, kjt_to_ids
+from comera_lightning.rank import prune_, tt_layers
+
+# Exported factors are contracted in another order than TTLinear's forward: float32 rounding only.
+TOLERANCE = {"rtol": 1e-4, "atol": 1e-5}
+
+# Run in a fresh interpreter that refuses to import comera_lightning, lightning, torchrec and transformers.
+LOADER = textwrap.dedent("""
+    import sys
+    class Refuse:
+        def find_spec(self, name, path=None, target=None):
+            if name.split(".")[0] in {"comera_lightning", "lightning", "torchrec", "transformers", "fbgemm_gpu"}:
+                raise ImportError("blocked: " + name)
+    sys.meta_path.insert(0, Refuse())
+    import torch
+    inputs, expected = torch.load(sys.argv[2])
+    program = torch.export.load(sys.argv[1])
+    with torch.no_grad():
+        out = program.module()(*inputs)
+    torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-5)
+    assert not [m for m in sys.modules if m.split(".")[0] in {"comera_lightning", "lightning", "torchrec"}]
+    print("ok", tuple(out.shape))
+""")
+
+
+def train_and_prune_(model, loss_of, steps: int = 3) -> None:
+    """A few optimizer steps, then half of every bond's gates zeroed and pruned: a small 'trained, late-stage' model."""
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    model.train()
+    for _ in range(steps):
+        loss_of(model).backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    with torch.no_grad():
+        for _, layer in tt_layers(model):
+            for gate in layer.gates:
+                gate[max(1, gate.numel() // 2):] = 0.0
+    assert prune_(model, [optimizer]).removed
+    model.eval()
+
+
+def token_inputs(batch: int, seq: int, vocab: int, seed: int = 0):
+    generator = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, vocab, (batch, seq), generator=generator)
+    mask = torch.ones(batch, seq, dtype=torch.long)
+    mask[0, seq // 2:] = 0
+    return ids, mask, torch.zeros(batch, seq, dtype=torch.long)
+
+
+def classifier():
+    from comera_lightning.models.transformer import SentencePairClassifier
+
+    torch.manual_seed(0)
+    model = SentencePairClassifier(vocab_size=3000, d_model=64, num_layers=2, num_heads=4, d_ff=128, max_positions=32, num_classes=3)
+    tensorize(model, max_rank=8, embedding_max_rank=8, init="random", min_compression=0.0)
+    inputs = token_inputs(4, 32, 3000)
+    train_and_prune_(model, lambda m: F.cross_entropy(m(*inputs), torch.tensor([0, 1, 2, 0])))
+    return model, inputs, token_inputs(3, 24, 3000, seed=1)
+
+
+def masked_lm():
+    from comera_lightning.models.codebert import MaskedLanguageModel
+
+    torch.manual_seed(0)
+    model = MaskedLanguageModel(vocab_size=2000, d_model=64, num_layers=2, num_heads=4, d_ff=128, max_positions=32)
+    tensorize(model, max_rank=8, embedding_max_rank=8, init="random", min_compression=0.0)
+    ids, mask, _ = token_inputs(4, 32, 2000)
+    train_and_prune_(model, lambda m: F.cross_entropy(m(ids, mask).flatten(0, 1), ids.flatten()))
+    other_ids, other_mask, _ = token_inputs(2, 16, 2000, seed=1)
+    return model, (ids, mask), (other_ids, other_mask)
+
+
+def click_batch(batch: int, seed: int):
+    from torchrec import KeyedJaggedTensor
+
+    generator = torch.Generator().manual_seed(seed)
+    keys, sizes = ["user", "item", "genre"], [5000, 3000, 20]
+    lengths = torch.randint(0, 3, (len(keys), batch), generator=generator)  # multi-hot bags, some empty
+    values = torch.cat([torch.randint(0, size, (int(n),), generator=generator) for size, n in zip(sizes, lengths.sum(1))])
+    kjt = KeyedJaggedTensor.from_lengths_sync(keys=keys, values=values, lengths=lengths.flatten())
+    return torch.randn(batch, 4, generator=generator), kjt
+
+
+def dlrm():
+    pytest.importorskip("torchrec")
+    from comera_lightning.models.dlrm import DLRMClassifier
+
+    torch.manual_seed(0)
+    model = DLRMClassifier(table_sizes=[5000, 3000, 20], num_dense=4, feature_names=["user", "item", "genre"], embedding_dim=8,
+                           dense_arch_layer_sizes=[16, 8], over_arch_layer_sizes=[16, 1])
+    tensorize(model, max_rank=8, init="random", target_modules=["model.sparse_arch.embedding_bag_collection"], min_compression=0.0)
+    dense, kjt = click_batch(6, 0)
+    train_and_prune_(model, lambda m: F.binary_cross_entropy_with_logits(m(dense, kjt), torch.ones(6)))
+    return model, dense, kjt
+
+
+def run_without_comera(tmp_path, program_path, inputs, expected) -> str:
+    data = tmp_path / "io.pt"
+    torch.save((inputs, expected), data)
+    done = subprocess.run([sys.executable, "-c", LOADER, str(program_path), str(data)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+@pytest.mark.parametrize("build", [classifier, masked_lm])
+def test_token_models_export_equal_and_load_with_torch_alone(build, tmp_path):
+    model, inputs, other = build()
+    path = tmp_path / "model.pt2"
+    program = export(model, inputs, path)
+    assert isinstance(program, torch.export.ExportedProgram) and path.is_file()
+    assert not any(".gates." in name or "alive_" in name for name in program.state_dict), "TT layers in their inference form"
+    with torch.no_grad():
+        for batch in (inputs, other):  # another batch size and length: the shapes stay dynamic
+            torch.testing.assert_close(program.module()(*batch), model(*batch), **TOLERANCE)
+        expected = model(*other)
+    assert run_without_comera(tmp_path, path, other, expected).startswith("ok")
+
+
+def test_dlrm_exports_a_dense_entry_point_equal_to_the_kjt_model(tmp_path):
+    model, dense, kjt = dlrm()
+    names = feature_names(model)
+    assert names == ["user", "item", "genre"]
+    path = tmp_path / "dlrm.pt2"
+    export(model, (dense, kjt_to_ids(kjt, names)), path)
+    other_dense, other_kjt = click_batch(9, 1)
+    ids = kjt_to_ids(other_kjt, names, length=4)  # longer padding than needed: same logits
+    with torch.no_grad():
+        expected = model(other_dense, other_kjt)
+    assert ids.shape == (9, 3, 4) and (ids == -1).any()
+    assert "ok (9,)" in run_without_comera(tmp_path, path, (other_dense, ids), expected)
+
+
+def test_export_keeps_the_model_and_refuses_to_overwrite(tmp_path):
+    model, inputs, _ = classifier()
+    with torch.no_grad():
+        before = model(*inputs)
+    layers = [name for name, _ in tt_layers(model)]
+    path = tmp_path / "model.pt2"
+    path.write_bytes(b"the user's file")
+    with pytest.raises(FileExistsError, match="overwrite=True"):
+        export(model, inputs, path)
+    assert path.read_bytes() == b"the user's file"
+    export(model, inputs, path, overwrite=True)
+    assert [name for name, _ in tt_layers(model)] == layers
+    with torch.no_grad():
+        torch.testing.assert_close(model(*inputs), before, rtol=0, atol=0)
+    assert not list(tmp_path.glob(".*partial*"))
+
+
+def test_each_linear_takes_its_cheapest_form():
+    from torch import nn
+
+    from comera_lightning import TTLinear
+    from comera_lightning.export_forms import CoresLinear, linear_form
+
+    torch.manual_seed(0)
+    layer = TTLinear(768, 768, max_rank=10).eval()
+    x = torch.randn(4, 768)
+    with torch.no_grad():
+        expected = layer(x)
+        for tokens, kind in ((4096, CoresLinear), (4, nn.Sequential), (0, nn.Sequential)):
+            form = linear_form(layer, tokens)  # many rows per call: re-contracting the cores is cheap beside the matmuls
+            assert isinstance(form, kind), (tokens, form)
+            torch.testing.assert_close(form(x), expected, **TOLERANCE)
+        full = TTLinear(8, 8, max_rank=64).eval()  # rank 8 of an 8x8 weight: the factors would be larger than dense
+        assert isinstance(linear_form(full, 100), nn.Linear)
+        torch.testing.assert_close(linear_form(full, 100)(x[:, :8]), full(x[:, :8]), **TOLERANCE)
