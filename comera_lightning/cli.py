@@ -171,7 +171,7 @@ class ComeraCLI(LightningCLI):
     def resolved_config(self) -> dict[str, Any]:
         """The parsed config of this command as a nested dict, with the values linked from the data module filled in."""
         subcommand_config = self.config.get(str(self.subcommand), self.config)
-        config = yaml.safe_load(self._parser(self.subcommand).dump(subcommand_config, skip_none=False))
+        config = yaml.safe_load(self._parser(self.subcommand).dump(subcommand_config))
         model_args = (config.get("model") or {}).get("init_args")
         hparams = getattr(self.model, "hparams_initial", {})
         if isinstance(model_args, dict):

@@ -78,7 +78,7 @@ def _class_arguments(message: str) -> list[str]:
 
 def _key_line(message: str) -> str:
     """The line of a (possibly nested, many-line) jsonargparse message that says what is wrong."""
-    lines = [ln.strip().lstrip("- ").strip() for ln in message.strip().splitlines() if ln.strip()]
+    lines = [re.sub(r"^- ", "", ln.strip()) for ln in message.strip().splitlines() if ln.strip()]
     if not lines:
         return "invalid arguments"
     useful = [ln for ln in lines[1:] if not ln.startswith(_NOISE)]
