@@ -46,6 +46,7 @@ import torch
 from torch import nn
 
 from comera_lightning.optim import CAME
+from probes import command_line  # noqa: E402
 
 MIB = 2**20
 PEAK_MODELS = ("dense", "tensorized")
@@ -398,7 +399,7 @@ def main(argv: list[str] | None = None) -> None:
 
     info = machine()
     print("machine:", ", ".join(f"{k}={v}" for k, v in info.items()))
-    results: dict = {"machine": info, "command": " ".join(["python", *sys.argv])}
+    results: dict = {"machine": info, "command": command_line()}
 
     torch.manual_seed(0)
     model = Encoder()

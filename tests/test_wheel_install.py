@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -38,8 +39,18 @@ def _run(cmd: list[str], cwd: Path, env: dict[str, str], timeout: int = 900) -> 
 def test_wheel_in_a_fresh_venv_runs_the_tiny_config_outside_the_checkout(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env.update(WANDB_MODE="offline", COMERA_CACHE_DIR=str(tmp_path / "cache"))
+    # Built from a copy of the tracked files: a build/ left in the checkout could slip stale modules into the wheel.
+    source = tmp_path / "source"
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split("\0")
+    for name in filter(None, tracked):
+        target = source / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if (ROOT / name).is_symlink():
+            target.symlink_to(os.readlink(ROOT / name))
+        elif (ROOT / name).is_file():
+            shutil.copy2(ROOT / name, target)
     dist = tmp_path / "dist"
-    _run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w", str(dist), str(ROOT)], tmp_path, env)
+    _run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w", str(dist), str(source)], tmp_path, env)
     wheel = next(dist.glob("comera_lightning-*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
     assert {f"comera_lightning/configs/{n}.yaml" for n in bundled_configs()} <= set(names)
