@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SHORT = {
     "comera-lightning": ["--trainer.max_epochs", "1", "--trainer.limit_train_batches", "2", "--trainer.limit_val_batches", "1",
                          "--trainer.limit_test_batches", "1", "--trainer.enable_progress_bar", "false"],
+    "examples/huggingface.py": ["--epochs", "2", "--train-samples", "2000"],
 }
 SHORT["comera_lightning.demo"] = SHORT["comera-lightning"]
 NOT_RUN = {
@@ -72,7 +73,7 @@ def test_every_readme_command_runs_on_a_fresh_clone(tmp_path: Path) -> None:
         assignments = dict(a.split("=", 1) for a in argv if re.fullmatch(r"[A-Z_]+=\S*", a))
         argv = [a for a in argv if not re.fullmatch(r"[A-Z_]+=\S*", a)]
         argv += next((extra for key, extra in SHORT.items() if key in command), [])
-        done = subprocess.run(argv, cwd=clone, env={**env, **assignments}, capture_output=True, text=True, timeout=600)
+        done = subprocess.run(argv, cwd=clone, env={**env, **assignments}, capture_output=True, text=True, timeout=900)
         ran += 1
         if done.returncode != 0:
             failures.append(f"{command}\n{done.stderr[-1500:]}")
