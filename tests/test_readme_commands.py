@@ -52,10 +52,13 @@ def _not_run(command: str) -> str | None:
     return next((why for key, why in NOT_RUN.items() if key in command + "\n"), None)
 
 
-def test_readme_has_commands_and_no_absolute_paths() -> None:
+def test_readme_and_results_hold_no_absolute_checkout_paths() -> None:
     text = (ROOT / "README.md").read_text()
     assert len(readme_commands(text)) >= 10
     assert "/work/" not in text and "shared docs" not in text
+    for result in (ROOT / "benchmarks" / "results").glob("*.json"):
+        recorded = result.read_text()
+        assert str(ROOT) not in recorded and "/work/main" not in recorded, result.name
 
 
 @pytest.mark.slow
