@@ -28,6 +28,7 @@ logging off). The W&B mode is ``--wandb`` if given, else ``$WANDB_MODE``, else `
 
 from __future__ import annotations
 
+import inspect
 import os
 import sys
 from collections.abc import Sequence
@@ -171,7 +172,9 @@ class ComeraCLI(LightningCLI):
     def resolved_config(self) -> dict[str, Any]:
         """The parsed config of this command as a nested dict, with the values linked from the data module filled in."""
         subcommand_config = self.config.get(str(self.subcommand), self.config)
-        config = yaml.safe_load(self._parser(self.subcommand).dump(subcommand_config))
+        dump = self._parser(self.subcommand).dump
+        keep_none = "skip_unset" if "skip_unset" in inspect.signature(dump).parameters else "skip_none"  # jsonargparse >= 4.49
+        config = yaml.safe_load(dump(subcommand_config, **{keep_none: False}))
         model_args = (config.get("model") or {}).get("init_args")
         hparams = getattr(self.model, "hparams_initial", {})
         if isinstance(model_args, dict):
