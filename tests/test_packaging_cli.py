@@ -103,3 +103,14 @@ def test_wandb_offline_run_holds_the_nested_config_images_and_summary(tmp_path: 
     assert any(k.startswith("comera/rank/") for k in keys) and not any(k.count("/") > 2 and k.startswith("comera/rank/") and k.rsplit("/", 1)[1].isdigit() for k in keys)
     images = {p.name.rsplit("_", 2)[0] for p in run_dir.glob("files/media/images/comera/*.png")}
     assert images == {"compression_plot", "rank_heatmap"}
+
+
+def test_demo_summary_names_the_layers_pruned_to_rank_0() -> None:
+    from comera_lightning.demo import format_summary
+
+    summary = {"test_acc": 0.84, "tt_params": 11_962, "dense_tt_params": 590_464, "params": 54_461, "dense_params": 632_963,
+               "model_compression": 11.6, "tt_compression": 49.4, "wall_s": 60.0, "csv_dir": "logs/x", "wandb_dir": None,
+               "png": None, "tt_layers": 5, "rank0_layers": ["encoder.0.ffn.intermediate", "encoder.0.ffn.output"]}
+    text = format_summary(summary)
+    assert "pruned to rank 0         2 of 5 TT layers output their bias only: encoder.0.ffn.intermediate, encoder.0.ffn.output" in text
+    assert "pruned to rank 0" not in format_summary({**summary, "rank0_layers": []})
