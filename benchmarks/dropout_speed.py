@@ -26,6 +26,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling scripts, also when loaded by path
 import transformer_speed  # noqa: E402
 from probes import machine_basics  # noqa: E402
+from probes import command_line  # noqa: E402
 
 
 def with_torch_dropout(system: Any) -> Any:
@@ -90,7 +91,7 @@ def main() -> None:
         print(f"  {name:36s} {ratio:6.2f}x")
     import torch
 
-    payload = {"benchmark": "dropout_speed", "command": " ".join(["python", *sys.argv]), "settings": vars(args),
+    payload = {"benchmark": "dropout_speed", "command": command_line(), "settings": vars(args),
                "machine": {**machine_basics(), "torch": torch.__version__}, **result}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(payload, indent=2, default=str))

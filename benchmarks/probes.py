@@ -115,3 +115,13 @@ def spawn_measured(command: list[str], label: str, identity: dict) -> dict:
     status = "out of memory" if oom else f"failed (exit {proc.returncode})"
     print(f"  {label}: {status}\n{tail}", file=sys.stderr, flush=True)
     return {**identity, "status": status, "returncode": proc.returncode, "stderr_tail": tail}
+
+
+def command_line(argv: list[str] | None = None) -> str:
+    """The command that ran, for a results JSON: ``python`` and paths relative to the checkout (no absolute paths)."""
+    import os
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    parts = ["python", *(sys.argv if argv is None else argv)]
+    return " ".join(os.path.relpath(p, root) if os.path.isabs(p) and p.startswith(root) else p for p in parts)

@@ -81,6 +81,11 @@ def run_workload(config: str) -> dict[str, Any]:
     return result
 
 
+def _relative(text: str) -> str:
+    """``text`` with the checkout's absolute path removed (results must not record where the checkout was)."""
+    return text.replace(f"{ROOT}{os.sep}", "")
+
+
 def _timed(command: list[str], extra: dict[str, Any]) -> dict[str, Any]:
     env = {**os.environ, "WANDB_MODE": "disabled", "PYTHONPATH": str(ROOT)}
     start = time.perf_counter()
@@ -88,9 +93,9 @@ def _timed(command: list[str], extra: dict[str, Any]) -> dict[str, Any]:
     wall = time.perf_counter() - start
     print(proc.stdout[-3000:], end="", flush=True)
     return {
-        "command": " ".join(Path(c).name if i == 0 else c for i, c in enumerate(command)),
+        "command": " ".join(Path(c).name if i == 0 else os.path.relpath(c, ROOT) if os.path.isabs(c) and c.startswith(str(ROOT)) else c for i, c in enumerate(command)),
         "returncode": proc.returncode, "wall_s": round(wall, 1),
-        "stdout_tail": proc.stdout[-2000:], "stderr_tail": proc.stderr[-2000:] if proc.returncode else "", **extra,
+        "stdout_tail": _relative(proc.stdout[-2000:]), "stderr_tail": _relative(proc.stderr[-2000:]) if proc.returncode else "", **extra,
     }
 
 

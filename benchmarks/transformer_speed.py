@@ -75,6 +75,7 @@ from probes import (  # noqa: E402
     GB, machine_basics, print_result, release_free_memory, reset_peak, rss_now, rss_peak, spawn_measured, vm_hwm,
 )
 from tensor_memory import optimizer_state_bytes, optimizer_state_tensors, tensor_peak  # noqa: E402
+from probes import command_line  # noqa: E402
 
 SYSTEMS = ("dense", "galore", "comera", "comera_pruned")
 GALORE_BATCH = 1  # GaLore is compared where the paper compares it
@@ -515,7 +516,7 @@ def main(argv: list[str] | None = None) -> None:
     png = plot(interleaved, processes, args, args.out.with_suffix(".png"))
     payload = {
         "benchmark": "transformer_speed",
-        "command": " ".join([os.path.relpath(sys.executable), *sys.argv]),
+        "command": command_line(),
         "wall_s": time.perf_counter() - start,
         "machine": machine(args),
         "settings": {**{k: v for k, v in vars(args).items() if not k.startswith("worker") and k != "out"},

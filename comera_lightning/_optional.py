@@ -19,7 +19,10 @@ from typing import Any
 __all__ = ["EXTRAS", "lazy_exports", "loaded", "require"]
 
 #: The pip extra that installs each optional top-level package.
-EXTRAS = {"torchrec": "recsys", "transformers": "hf"}
+EXTRAS = {
+    "torchrec": "recsys", "transformers": "hf",
+    **dict.fromkeys(("jsonargparse", "yaml", "tokenizers", "pyarrow", "matplotlib", "wandb"), "cli"),
+}
 
 
 def require(module: str, feature: str) -> ModuleType:

@@ -14,7 +14,7 @@ import difflib
 import inspect
 import warnings
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 import lightning.pytorch as pl
 import torch
@@ -51,6 +51,7 @@ class ComeraCallback(Callback):
     ``loss_target_metric`` (:class:`LossTarget`). The rank gates get the callback's own Adam at
     ``gate_lr`` (:class:`GateOptimizer`), whatever ``configure_optimizers`` returns. Manual
     optimization: ``allow_manual_optimization=True`` and ``loss = callback.objective(loss)``.
+    ``log_bond_ranks``: ``True``/``"layer"`` logs each TT layer's mean active rank, ``"bond"`` every bond's.
     """
 
     def __init__(
@@ -75,7 +76,7 @@ class ComeraCallback(Callback):
         prune_every_n_epochs: int | None = None,
         prune_every_n_steps: int | None = None,
         size_surrogate: str = "mean",
-        log_bond_ranks: bool = True,
+        log_bond_ranks: bool | Literal["layer", "bond"] = True,
         check_finite_loss: bool = True,
         allow_manual_optimization: bool = False,
         **tensorize_options: Any,

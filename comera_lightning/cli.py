@@ -1,39 +1,52 @@
 """The ``comera-lightning`` command line: LightningCLI with the CoMERA callback, data→model links and loggers.
 
-    comera-lightning fit  --config configs/transformer_tiny.yaml
-    comera-lightning test --config configs/transformer_tiny.yaml --ckpt_path last          # the newest last.ckpt of earlier runs
-    comera-lightning fit  --config configs/transformer_tiny.yaml --ckpt_path last          # resume the newest run
-    comera-lightning fit  --config configs/transformer_tiny.yaml --dense true     # dense baseline, no callback
-    comera-lightning fit  --config configs/transformer_tiny.yaml --wandb online   # W&B online (offline by default)
-    comera-lightning fit  --config configs/transformer_tiny.yaml --print_config   # the full, re-parsable config
+    comera-lightning fit  --config transformer_tiny                       # a bundled config, by name
+    comera-lightning fit  --config transformer_tiny --test_after_fit true # fit, then test, one W&B run
+    comera-lightning test --config transformer_tiny --ckpt_path last      # the newest last.ckpt of earlier runs
+    comera-lightning fit  --config transformer_tiny --ckpt_path last      # resume the newest run
+    comera-lightning fit  --config transformer_tiny --dense true          # dense baseline, no callback
+    comera-lightning fit  --config transformer_tiny --wandb online        # W&B online (offline by default)
+    comera-lightning fit  --config transformer_tiny --threads 1           # torch CPU threads
+    comera-lightning fit  --config my_run.yaml --print_config             # the full, re-parsable config
 
+``--config`` takes a file or the name of a config shipped in the package (``config_files.py``).
 ``model:`` and ``data:`` take any LightningModule / LightningDataModule by ``class_path``. The
-``comera:`` section holds the :class:`~comera_lightning.ComeraCallback` arguments; the callback is
-on unless ``--dense true``. The data module's ``vocab_size``, ``num_classes``, ``pad_token_id``,
-``table_sizes``, ``feature_names`` and ``num_dense`` (whichever it has) are passed to the model's
-argument of the same name (whichever it takes), so configs leave those out.
+``comera:`` section holds the :class:`~comera_lightning.ComeraCallback` arguments (checked when the
+command line is parsed); the callback is on unless ``--dense true``. The data module's
+``vocab_size``, ``num_classes``, ``pad_token_id``, ``table_sizes``, ``feature_names`` and
+``num_dense`` (whichever it has) are passed to the model's argument of the same name (whichever it
+takes), so configs leave those out. Options are never abbreviated, and a misspelt one fails on one
+line naming the closest valid keys (``cli_parser.py``).
 
-Loggers: a ``CSVLogger`` (``logs/<config name>[_dense]/version_N``) and a ``WandbLogger`` are
-added unless ``trainer.logger`` already has one of that kind (``trainer.logger: false`` turns all
+Loggers: a ``CSVLogger`` (``logs/<config name>[_dense]/version_N``) and a W&B logger are added
+unless ``trainer.logger`` already has one of that kind (``trainer.logger: false`` turns all
 logging off). The W&B mode is ``--wandb`` if given, else ``$WANDB_MODE``, else ``offline``;
-``disabled`` adds no W&B logger. After ``fit`` the compression curves of the CSV log are drawn
-to ``compression.png`` beside ``metrics.csv``.
+``disabled`` adds no W&B logger. The W&B run gets the full resolved config, nested
+(``wandb_run.py``). After ``fit`` the compression curves of the CSV log are drawn to
+``compression.png`` beside ``metrics.csv``, with the rank heatmap ``ranks.png``; both go to W&B.
 """
 
 from __future__ import annotations
 
+import inspect
 import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
+import lightning
+import torch
+import yaml
 from lightning.pytorch import LightningDataModule, LightningModule, Trainer
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.loggers import CSVLogger, Logger, WandbLogger
 from lightning.pytorch.utilities import rank_zero_info
 
 from .callback import ComeraCallback
+from .cli_parser import ComeraArgumentParser
+from .config_files import resolve_config_args
+from .wandb_run import ComeraWandbLogger, upload_fit_images, write_summary
 
 __all__ = ["ComeraCLI", "finish_wandb", "latest_checkpoint", "main", "resolve_wandb_mode", "write_compression_plot"]
 
@@ -43,6 +56,17 @@ WANDB_MODES = ("offline", "online", "disabled")
 _WANDB_ALIASES = {"dryrun": "offline", "run": "online"}
 WANDB_PROJECT = "comera-lightning"
 LOGS_DIR = "logs"
+#: LightningCLI internals this module relies on (tested with lightning 2.4 to 2.6, pinned <2.7 in pyproject.toml).
+_LIGHTNING_INTERNALS = ("_get", "_parser", "_instantiate_trainer")
+
+
+def _check_lightning_internals() -> None:
+    missing = [name for name in _LIGHTNING_INTERNALS if not hasattr(LightningCLI, name)]
+    if missing:
+        raise ImportError(
+            f"comera_lightning's CLI needs LightningCLI.{', .'.join(missing)}, which lightning {lightning.__version__} "
+            "no longer has; install a tested version: pip install 'lightning>=2.4,<2.7'."
+        )
 
 
 def resolve_wandb_mode(flag: str | None = None) -> str:
@@ -78,6 +102,10 @@ class ComeraCLI(LightningCLI):
     """LightningCLI whose configs pick model and data by ``class_path``, with a ``comera:`` callback section."""
 
     def __init__(self, args: Any = None, run: bool = True, **kwargs: Any) -> None:
+        _check_lightning_internals()
+        if isinstance(args, (list, tuple)):
+            args = resolve_config_args(args)
+        kwargs.setdefault("parser_class", ComeraArgumentParser)
         kwargs.setdefault("model_class", LightningModule)
         kwargs.setdefault("datamodule_class", LightningDataModule)
         kwargs.setdefault("subclass_mode_model", True)
@@ -86,7 +114,7 @@ class ComeraCLI(LightningCLI):
         super().__init__(args=args, run=run, **kwargs)
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
-        """Add the ``comera:`` section, ``--dense``, ``--wandb`` and the data→model links."""
+        """Add the ``comera:`` section, ``--dense``, ``--wandb``, ``--threads``, ``--test_after_fit`` and the data→model links."""
         parser.add_lightning_class_args(ComeraCallback, "comera")
         parser.add_argument(
             "--dense", type=bool, default=False,
@@ -96,8 +124,29 @@ class ComeraCLI(LightningCLI):
             "--wandb", type=Literal["offline", "online", "disabled"] | None, default=None,
             help="W&B mode (default: $WANDB_MODE, else offline); 'disabled' adds no W&B logger.",
         )
+        parser.add_argument(
+            "--threads", type=int | None, default=None,
+            help="torch CPU threads (default: torch's own, one per core). On a small or busy CPU, 1 is often fastest.",
+        )
+        parser.add_argument(
+            "--test_after_fit", type=bool, default=False,
+            help="fit: then test the final weights in the same process and W&B run.",
+        )
         for name in DATA_TO_MODEL_LINKS:  # a link is skipped when the data or the model lacks the name
             parser.link_arguments(f"data.{name}", f"model.init_args.{name}", apply_on="instantiate")
+
+    def before_instantiate_classes(self) -> None:
+        """Set ``--threads``; check the ``comera:`` values now (one line, no traceback) rather than after data setup."""
+        threads = self._get(self.config, "threads")
+        if threads is not None:
+            if threads < 1:
+                self.parser.error(f"--threads must be 1 or more, got {threads}.")
+            torch.set_num_threads(threads)
+        comera = self._get(self.config, "comera")
+        try:
+            ComeraCallback(**comera.as_dict())
+        except (TypeError, ValueError) as err:
+            self.parser.error(f"comera: {err}")
 
     def after_instantiate_classes(self) -> None:
         """Keep Lightning from refusing to log when a linked value differs from the data module's own argument."""
@@ -120,6 +169,19 @@ class ComeraCLI(LightningCLI):
         config["logger"] = self._loggers(config.get("logger"), config.get("default_root_dir"), dense)
         return self._instantiate_trainer(config, callbacks)
 
+    def resolved_config(self) -> dict[str, Any]:
+        """The parsed config of this command as a nested dict, with the values linked from the data module filled in."""
+        subcommand_config = self.config.get(str(self.subcommand), self.config)
+        dump = self._parser(self.subcommand).dump
+        keep_none = "skip_unset" if "skip_unset" in inspect.signature(dump).parameters else "skip_none"  # jsonargparse >= 4.49
+        config = yaml.safe_load(dump(subcommand_config, **{keep_none: False}))
+        model_args = (config.get("model") or {}).get("init_args")
+        hparams = getattr(self.model, "hparams_initial", {})
+        if isinstance(model_args, dict):
+            model_args.update({k: hparams[k] for k in DATA_TO_MODEL_LINKS if k in hparams})
+        config.pop("config", None)  # the config files' paths: the values they held are all here
+        return config
+
     def _run_name(self, dense: bool) -> str:
         configs = self._get(self.config, "config") or []
         name = Path(str(configs[0])).stem if configs else type(self.model).__name__
@@ -137,7 +199,10 @@ class ComeraCLI(LightningCLI):
         if mode != "disabled" and not any(isinstance(lg, WandbLogger) for lg in loggers):
             csv = next(lg for lg in loggers if isinstance(lg, CSVLogger))
             project = os.environ.get("WANDB_PROJECT", WANDB_PROJECT)
-            loggers.append(WandbLogger(name=f"{csv.name}/version_{csv.version}", save_dir=csv.save_dir, project=project, mode=mode))
+            loggers.append(ComeraWandbLogger(
+                name=f"{csv.name}/version_{csv.version}", save_dir=csv.save_dir, project=project, mode=mode,
+                run_config=self.resolved_config(),
+            ))
         return loggers
 
     def before_fit(self) -> None:
@@ -169,8 +234,17 @@ class ComeraCLI(LightningCLI):
         config["ckpt_path"] = str(found)
 
     def after_fit(self) -> None:
-        """Draw the compression curves of the run that just finished."""
-        write_compression_plot(self.trainer)
+        """Draw and upload the compression curves and rank heatmap; test now if ``--test_after_fit``."""
+        upload_fit_images(self.trainer, write_compression_plot(self.trainer))
+        if self._get(self.config, "test_after_fit"):
+            self.trainer.test(self.model, datamodule=self.datamodule)
+            self.after_test()
+        else:
+            write_summary(self.trainer)
+
+    def after_test(self) -> None:
+        """Put the final compression and test metrics in the W&B run's summary."""
+        write_summary(self.trainer, {k: v for k, v in self.trainer.callback_metrics.items() if k.startswith("test")})
 
 
 def latest_checkpoint(root: Path, exclude: Path | None = None) -> Path | None:
@@ -192,7 +266,15 @@ def main(args: Sequence[str] | None = None) -> None:
     """Entry point of the ``comera-lightning`` console script and of ``python -m comera_lightning``."""
     from .export_cli import run_export_cli  # `export` and `predict --program` (docs/INFERENCE.md)
 
-    if run_export_cli(list(args) if args is not None else sys.argv[1:]):
+    try:
+        argv = resolve_config_args(sys.argv[1:] if args is None else args)
+    except FileNotFoundError as err:
+        sys.stderr.write(f"error: {err}
+")
+        raise SystemExit(2) from None
+    if run_export_cli(list(argv)):
         return
-    cli = ComeraCLI(args=list(args) if args is not None else None)
+    if args is None:
+        sys.argv[1:] = argv  # LightningCLI reads sys.argv itself (and warns when given both)
+    cli = ComeraCLI(args=None if args is None else argv)
     finish_wandb(getattr(cli, "trainer", None))

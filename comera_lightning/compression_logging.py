@@ -16,8 +16,13 @@ from .schedule import STAGES
 __all__ = ["compression_metrics", "log_rank_table", "warn_rank0"]
 
 
-def compression_metrics(module: nn.Module, stage: str, terms: Mapping[str, torch.Tensor], bond_ranks: bool) -> dict[str, Any]:
-    """``comera/*`` metrics: compression and parameter counts, the stage, the objective's ``terms``, bond ranks."""
+def compression_metrics(module: nn.Module, stage: str, terms: Mapping[str, torch.Tensor], bond_ranks: bool | str) -> dict[str, Any]:
+    """``comera/*`` metrics: compression and parameter counts, the stage, the objective's ``terms``, ranks.
+
+    ``bond_ranks``: False logs no ranks; True or ``"layer"`` one ``comera/rank/<layer>`` series per TT
+    layer (its bonds' mean active rank: a few dozen series for the paper model instead of ~180);
+    ``"bond"`` one ``comera/rank/<layer>/<k>`` series per bond.
+    """
     stats = compression_stats(module)
     layers = tt_layers(module)
     size = terms.get("active_size")
@@ -35,10 +40,14 @@ def compression_metrics(module: nn.Module, stage: str, terms: Mapping[str, torch
     for key in ("size_surrogate", "lam", "task_loss"):
         if key in terms:
             metrics[f"comera/{key}"] = terms[key]
-    if bond_ranks:
-        for name, layer in layers:
-            for k, mask in enumerate(layer.gate_masks()):
-                metrics[f"comera/rank/{name}/{k}"] = mask.sum().float()
+    if bond_ranks not in (False, True, "layer", "bond"):
+        raise ValueError(f"log_bond_ranks must be true, false, 'layer' or 'bond', got {bond_ranks!r}.")
+    for name, layer in layers if bond_ranks else ():
+        ranks = [mask.sum().float() for mask in layer.gate_masks()]
+        if bond_ranks == "bond":
+            metrics.update({f"comera/rank/{name}/{k}": rank for k, rank in enumerate(ranks)})
+        elif ranks:
+            metrics[f"comera/rank/{name}"] = torch.stack(ranks).mean()
     return metrics
 
 

@@ -1,8 +1,8 @@
 """``make demo``: train the tiny Transformer config with CoMERA on CPU (fit, then test) and print a summary.
 
-    python -m comera_lightning.demo                                  # configs/transformer_tiny.yaml
+    python -m comera_lightning.demo                                  # the bundled transformer_tiny config
     python -m comera_lightning.demo --dense true                     # the same model, dense (no CoMERA)
-    python -m comera_lightning.demo --config configs/other.yaml --trainer.max_epochs 2
+    python -m comera_lightning.demo --config other.yaml --trainer.max_epochs 2
 
 Every argument except ``--threads`` goes to :class:`~comera_lightning.cli.ComeraCLI` (as for
 ``comera-lightning fit``); the test runs on the final (pruned) weights.
@@ -21,9 +21,11 @@ import torch
 from lightning.pytorch.loggers import CSVLogger, WandbLogger
 
 from comera_lightning.cli import ComeraCLI, finish_wandb, write_compression_plot
-from comera_lightning.rank import compression_stats
+from comera_lightning.config_files import CONFIG_DIR
+from comera_lightning.rank import compression_stats, tt_layers
+from comera_lightning.wandb_run import upload_fit_images, write_summary
 
-CONFIG = Path(__file__).resolve().parent.parent / "configs" / "transformer_tiny.yaml"
+CONFIG = CONFIG_DIR / "transformer_tiny.yaml"
 
 
 def run(cli_args: Sequence[str]) -> dict[str, Any]:
@@ -37,8 +39,11 @@ def run(cli_args: Sequence[str]) -> dict[str, Any]:
     trainer.fit(model, datamodule=data)
     val_acc = _float(trainer.callback_metrics.get("val/acc"))
     png = write_compression_plot(trainer)
+    upload_fit_images(trainer, png)
     tested = trainer.test(model, datamodule=data)[0]
+    write_summary(trainer, tested)
     stats = compression_stats(model)
+    layers = tt_layers(model)
     encoder = getattr(getattr(model, "backbone", None), "encoder", None)
     summary: dict[str, Any] = {
         "test_acc": tested.get("test/acc"),
@@ -54,6 +59,8 @@ def run(cli_args: Sequence[str]) -> dict[str, Any]:
         "csv_dir": next((lg.log_dir for lg in trainer.loggers if isinstance(lg, CSVLogger)), None),
         "wandb_dir": _wandb_dir(trainer),
         "png": png,
+        "tt_layers": len(layers),
+        "rank0_layers": [name for name, layer in layers if 0 in layer.ranks],
     }
     if hasattr(data, "class_counts"):
         counts = data.class_counts("test")
@@ -91,6 +98,11 @@ def format_summary(s: dict[str, Any]) -> str:
             f"compression, whole model {s['model_compression']:.1f}x  ({s['dense_params']:,} -> {s['params']:,} parameters)",
             f"compression, TT layers   {s['tt_compression']:.1f}x  ({s['dense_tt_params']:,} -> {s['tt_params']:,} parameters)",
         ]
+        if s.get("rank0_layers"):
+            lines.append(
+                f"pruned to rank 0         {len(s['rank0_layers'])} of {s['tt_layers']} TT layers output their bias only: "
+                + ", ".join(s["rank0_layers"])
+            )
         if s.get("encoder_compression") is not None:
             lines.append(f"compression, encoder     {s['encoder_compression']:.1f}x  (all its parameters: cores, gates, biases, norms)")
     else:

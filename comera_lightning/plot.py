@@ -1,6 +1,6 @@
 """Turn a run's ``metrics.csv`` (Lightning's CSVLogger) into a PNG of the compression curve.
 
-    python -m comera_lightning.plot lightning_logs/version_0/metrics.csv [-o compression.png]
+    python -m comera_lightning.plot logs/transformer_tiny/version_0/metrics.csv [-o compression.png]
 """
 
 from __future__ import annotations

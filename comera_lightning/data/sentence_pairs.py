@@ -30,7 +30,6 @@ from tokenizers import Tokenizer
 from torch.utils.data import DataLoader
 
 from comera_lightning.data.clothing_reviews import (  # noqa: F401 - re-exported
-    _WIDEDEEP_HINT,
     CLOTHING_REVIEWS_FILE,
     REVIEW_LABELS,
     _seeded_split,

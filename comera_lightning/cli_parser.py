@@ -1,0 +1,100 @@
+"""The CLI's argument parser: no abbreviated options, and a one-line error naming the closest valid keys.
+
+argparse would expand ``--trainer.max_epoch`` to ``--trainer.max_epochs`` (abbreviations) and answer a
+typo with the full usage, dozens of lines; this parser refuses the first and answers the second with
+``error: ... (did you mean ...?)`` on one line and exit status 2.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import inspect
+import re
+import sys
+from collections.abc import Iterable
+from typing import Any, NoReturn
+
+from lightning.pytorch.cli import LightningArgumentParser
+
+__all__ = ["ComeraArgumentParser", "closest_keys", "one_line_error"]
+
+_QUOTED = re.compile(r"""["']([A-Za-z_][\w.\-]*)["']""")
+_UNRECOGNIZED = re.compile(r"unrecognized arguments: (\S+)")
+_CLASS_PATH = re.compile(r"class_path '([\w.]+)'")
+_NOISE = ("Given value", "Subtypes:", "Errors:", "Does not validate", "Expected a <class 'NoneType'>", "Problem with given class_path")
+
+
+class ComeraArgumentParser(LightningArgumentParser):
+    """LightningArgumentParser with ``allow_abbrev=False`` and one-line errors."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str, ex: Exception | None = None) -> NoReturn:
+        if not self.exit_on_error:
+            super().error(message, ex)
+        parser = getattr(ex, "subcommand_parser", None) or self
+        sys.stderr.write(one_line_error(message, _known_keys(parser)) + "\n")
+        sys.exit(2)
+
+
+def _known_keys(parser: Any) -> list[str]:
+    """Every option of ``parser`` and of its subcommands' parsers, without the leading dashes."""
+    keys: set[str] = set()
+    stack = [parser]
+    while stack:
+        current = stack.pop()
+        for action in current._actions:
+            keys.update(opt.lstrip("-") for opt in action.option_strings if opt.startswith("--") and not opt.endswith("+"))
+            stack.extend(getattr(action, "_name_parser_map", {}).values())
+    return sorted(keys)
+
+
+def closest_keys(key: str, known: Iterable[str], n: int = 2) -> list[str]:
+    """The valid keys closest to a misspelt ``key`` (whole dotted key, then its last part under the same section)."""
+    known = list(known)
+    found = difflib.get_close_matches(key, known, n=n, cutoff=0.75)
+    if not found and "." in key:
+        section, leaf = key.rsplit(".", 1)
+        siblings = {k.rsplit(".", 1)[1]: k for k in known if k.rsplit(".", 1)[0] == section}
+        found = [siblings[m] for m in difflib.get_close_matches(leaf, list(siblings), n=n, cutoff=0.6)]
+    return found
+
+
+def _class_arguments(message: str) -> list[str]:
+    """The init arguments of the class a jsonargparse message names (``Problem with given class_path '...'``)."""
+    found = _CLASS_PATH.search(message)
+    if not found:
+        return []
+    module, _, name = found.group(1).rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module), name)
+        return [p for p in inspect.signature(cls).parameters if p not in ("self", "args", "kwargs")]
+    except (ImportError, AttributeError, TypeError, ValueError):
+        return []
+
+
+def _key_line(message: str) -> str:
+    """The line of a (possibly nested, many-line) jsonargparse message that says what is wrong."""
+    lines = [re.sub(r"^- ", "", ln.strip()) for ln in message.strip().splitlines() if ln.strip()]
+    if not lines:
+        return "invalid arguments"
+    useful = [ln for ln in lines[1:] if not ln.startswith(_NOISE)]
+    return f"{lines[0].rstrip(':')}: {useful[0]}" if len(lines) > 1 and useful else lines[0]
+
+
+def one_line_error(message: str, known: Iterable[str]) -> str:
+    """``error: <what is wrong>`` on one line, plus the closest valid keys of a key it names."""
+    unknown = _UNRECOGNIZED.search(message)
+    text = _key_line(message)
+    candidates = [unknown.group(1).lstrip("-")] if unknown else _QUOTED.findall(text)
+    known = [*known, *_class_arguments(message)]
+    for key in candidates:
+        if key in known:
+            continue
+        near = closest_keys(key, known)
+        if near:
+            return f"error: {text} (did you mean {' or '.join(near)}?)"
+    return f"error: {text}"
