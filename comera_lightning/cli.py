@@ -269,8 +269,7 @@ def main(args: Sequence[str] | None = None) -> None:
     try:
         argv = resolve_config_args(sys.argv[1:] if args is None else args)
     except FileNotFoundError as err:
-        sys.stderr.write(f"error: {err}
-")
+        sys.stderr.write(f"error: {err}\n")
         raise SystemExit(2) from None
     if run_export_cli(list(argv)):
         return
