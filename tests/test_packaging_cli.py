@@ -82,8 +82,10 @@ def test_core_imports_without_the_cli_extra() -> None:
 
 
 def test_wandb_offline_run_holds_the_nested_config_images_and_summary(tmp_path: Path) -> None:
-    # Its own process, as a user runs it: W&B's service is per process, and an earlier run in this one may hold it.
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "offline", "COMERA_CACHE_DIR": str(tmp_path / "cache")}
+    # Its own process, as a user runs it: W&B's service is per process, and an earlier run in this one may hold it
+    # (and leave WANDB_SERVICE in the environment, which would send the child's run to that service: no .wandb file).
+    inherited = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    env = {**inherited, "PYTHONPATH": str(ROOT), "WANDB_MODE": "offline", "COMERA_CACHE_DIR": str(tmp_path / "cache")}
     command = [sys.executable, "-m", "comera_lightning", "fit", "--config", "transformer_tiny", *TINY,
                "--test_after_fit", "true", "--comera.rank_weight", "0.02"]
     done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
