@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import torch
@@ -24,6 +23,7 @@ from comera_lightning._optional import require
 _FEATURE = "The click-log data (comera_lightning.data.click_logs: ClickBatch, MovieLens, Criteo)"
 EmbeddingBagConfig = require("torchrec.modules.embedding_configs", _FEATURE).EmbeddingBagConfig
 KeyedJaggedTensor = require("torchrec.sparse.jagged_tensor", _FEATURE).KeyedJaggedTensor
+TorchRecBatch = require("torchrec.datasets.utils", _FEATURE).Batch
 
 __all__ = [
     "ClickBatch",
@@ -43,19 +43,33 @@ class DatasetNotFoundError(FileNotFoundError, ValueError):
     """A data file or folder is missing; the message says where it was looked for and how to fix it."""
 
 
-@dataclass
-class ClickBatch:
-    """One batch of click-log samples: dense features, a KJT of sparse ids, float labels.
+class ClickBatch(TorchRecBatch):
+    """One batch of click-log samples: TorchRec's own ``Batch`` (``Pipelineable``), with short field names.
 
-    ``dense`` is ``[B, num_dense]`` float32, ``sparse`` a ``KeyedJaggedTensor`` with one key per
-    sparse feature and stride ``B``, ``labels`` is ``[B]`` float32 (1.0 = click).
-    Lightning moves it to the device through :meth:`to`; Lightning cannot infer the batch
-    size from the KJT, so log with ``self.log(..., batch_size=batch.batch_size)``.
+    ``dense_features`` (alias ``dense``) is ``[B, num_dense]`` float32, ``sparse_features`` (alias
+    ``sparse``) a ``KeyedJaggedTensor`` with one key per sparse feature and stride ``B``, ``labels``
+    ``[B]`` float32 (1.0 = click). Being a ``torchrec.datasets.utils.Batch``, it goes straight into
+    TorchRec's train pipelines (``TrainPipelineSparseDist``); Lightning moves it through :meth:`to`.
+    Lightning cannot infer the batch size from the KJT: log with ``batch_size=batch.batch_size``.
     """
 
-    dense: Tensor
-    sparse: KeyedJaggedTensor
-    labels: Tensor
+    def __init__(
+        self,
+        dense: Tensor | None = None,
+        sparse: KeyedJaggedTensor | None = None,
+        labels: Tensor | None = None,
+        *,
+        dense_features: Tensor | None = None,
+        sparse_features: KeyedJaggedTensor | None = None,
+    ) -> None:
+        super().__init__(
+            dense_features=_one_of(dense, dense_features, "dense"),
+            sparse_features=_one_of(sparse, sparse_features, "sparse"),
+            labels=_one_of(labels, labels, "labels"),
+        )
+
+    dense = property(lambda self: self.dense_features, doc="The dense features ``[B, num_dense]``.")
+    sparse = property(lambda self: self.sparse_features, doc="The sparse ids (a ``KeyedJaggedTensor``).")
 
     @property
     def batch_size(self) -> int:
@@ -70,24 +84,23 @@ class ClickBatch:
         """Return a copy with every tensor (and the KJT) on ``device``."""
         device = torch.device(device)
         return ClickBatch(
-            dense=self.dense.to(device=device, non_blocking=non_blocking),
-            sparse=self.sparse.to(device=device, non_blocking=non_blocking),
-            labels=self.labels.to(device=device, non_blocking=non_blocking),
+            self.dense.to(device=device, non_blocking=non_blocking),
+            self.sparse.to(device=device, non_blocking=non_blocking),
+            self.labels.to(device=device, non_blocking=non_blocking),
         )
 
     def pin_memory(self) -> ClickBatch:
         """Return a copy in pinned host memory (used by ``DataLoader(pin_memory=True)``)."""
-        return ClickBatch(
-            dense=self.dense.pin_memory(),
-            sparse=self.sparse.pin_memory(),
-            labels=self.labels.pin_memory(),
-        )
+        return ClickBatch(self.dense.pin_memory(), self.sparse.pin_memory(), self.labels.pin_memory())
 
-    def record_stream(self, stream: torch.Stream) -> None:
-        """Mark every tensor as used on ``stream`` (for pipelined host-to-device copies)."""
-        self.dense.record_stream(stream)
-        self.sparse.record_stream(stream)
-        self.labels.record_stream(stream)
+
+def _one_of(short: Any, long: Any, name: str) -> Any:
+    """The value given under either of a field's two names (both only when they are the same object)."""
+    if short is None and long is None:
+        raise TypeError(f"ClickBatch needs {name!r} (or {name}_features).")
+    if short is not None and long is not None and short is not long:
+        raise TypeError(f"ClickBatch got both {name!r} and {name}_features; pass one.")
+    return short if short is not None else long
 
 
 class ClickSample(NamedTuple):
