@@ -89,7 +89,7 @@ class ShardableEmbeddingBagCollection(TTEmbeddingBagCollection):
 
     def to_ebc(self) -> EmbeddingBagCollection:
         """Refused: the dense tables may be spread over ranks."""
-        raise NotImplementedError(
+        raise RuntimeError(
             "a ShardableEmbeddingBagCollection (made for DistributedModelParallel) cannot be exported directly: load "
             "the checkpoint into the unsharded model (its keys are the same) and export that."
         )
