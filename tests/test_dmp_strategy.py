@@ -66,3 +66,17 @@ def test_dlrm_under_dmp_prunes_identically_checkpoints_and_resumes(tmp_path):
     assert resumed[0]["prunes"] == first["prunes"] + 4
     for name, value in resumed[0]["replicated"].items():
         assert torch.equal(value, resumed[1]["replicated"][name]), name
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [({"sparse_optimizer": "adamw"}, "sparse_optimizer='adamw' is not one of"),
+     ({"sparse_lr": 0.0}, "sparse_lr must be positive"),
+     ({"sharding_types": ["table_wize"]}, "sharding_types"),
+     ({"sharding_types": []}, "non-empty list")],
+)
+def test_dmp_strategy_names_bad_arguments(kwargs, message):
+    from comera_lightning.distributed import TorchRecDMPStrategy
+
+    with pytest.raises(ValueError, match=message):
+        TorchRecDMPStrategy(**kwargs)
