@@ -62,10 +62,12 @@ class ClickBatch(TorchRecBatch):
         dense_features: Tensor | None = None,
         sparse_features: KeyedJaggedTensor | None = None,
     ) -> None:
+        if labels is None:
+            raise TypeError("ClickBatch needs 'labels'.")
         super().__init__(
             dense_features=_one_of(dense, dense_features, "dense"),
             sparse_features=_one_of(sparse, sparse_features, "sparse"),
-            labels=_one_of(labels, labels, "labels"),
+            labels=labels,
         )
 
     dense = property(lambda self: self.dense_features, doc="The dense features ``[B, num_dense]``.")

@@ -147,7 +147,7 @@ class TorchRecDMPStrategy(DDPStrategy):
         copied = set(copy_into_shards(live, checkpoint["state_dict"]))
         rest = {k: v for k, v in checkpoint["state_dict"].items() if k not in copied}
         result = module.load_state_dict(rest, strict=False)
-        missing = [k for k in result.missing_keys if k not in copied and not k.startswith(_sharded_prefixes(live))]
+        missing = [k for k in result.missing_keys if k not in copied and not k.startswith(_sharded_keys(live))]
         if strict and (missing or result.unexpected_keys):
             raise RuntimeError(f"checkpoint does not match the model: missing {missing}, unexpected {result.unexpected_keys}.")
 
@@ -159,8 +159,8 @@ class TorchRecDMPStrategy(DDPStrategy):
             copy_into_shards(fused.state_dict(), saved)
 
 
-def _sharded_prefixes(live: Mapping[str, Any]) -> tuple[str, ...]:
-    """Keys of sharded entries (a sharded module may list them as missing under its own names)."""
+def _sharded_keys(live: Mapping[str, Any]) -> tuple[str, ...]:
+    """Keys of the sharded entries, as prefixes: a sharded module may list them as missing under longer names."""
     return tuple(k for k, v in live.items() if is_sharded(v))
 
 
