@@ -14,9 +14,6 @@ from torch.utils.data import DataLoader
 
 from comera_lightning.data.click_logs import ClickLogDataModule, DatasetNotFoundError
 from comera_lightning.data.criteo_tsv import (  # noqa: F401 - re-exported
-    _DENSE_RE,
-    _HEX_RE,
-    _LINE_RE,
     CRITEO_CAT_NAMES,
     CRITEO_INT_NAMES,
     CRITEO_KAGGLE_TABLE_SIZES,
@@ -24,10 +21,7 @@ from comera_lightning.data.criteo_tsv import (  # noqa: F401 - re-exported
     NUM_DENSE,
     NUM_SPARSE,
     CriteoIterableDataset,
-    _batch_from_rows,
     _check_table_sizes,
-    _line_problem,
-    _open_text,
     _shard,
     parse_criteo_line,
 )

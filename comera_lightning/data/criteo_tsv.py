@@ -1,11 +1,12 @@
-"""Reader of Criteo Display Advertising TSV files (plain or gzip), streamed line by line into `ClickBatch` es.
+"""Reader of Criteo Display Advertising TSV files (plain or gzip), streamed in blocks into `ClickBatch` es.
 
 Each line is ``label \\t I1..I13 \\t C1..C26``: a 0/1 label, 13 integer counts (possibly empty,
 possibly negative) and 26 categorical values hashed to 8 hex digits (possibly empty). Dense
 values become ``log(1 + max(x, 0))`` (empty → 0); a categorical value becomes
 ``int(hex, 16) % table_size`` (empty → 0), for ids of any length. Blank lines are skipped; a file
-without data lines is an error. The files are read line by line, so a multi-GB day
-never has to fit in memory.
+without data lines is an error. The files are read in blocks of whole lines (each reader only its
+share, see `criteo_shards.py`) and parsed by `criteo_vectorised.py`, so a multi-GB day never has to
+fit in memory; `parse_criteo_line` is the per-line parser for the blocks that one declines.
 """
 
 from __future__ import annotations
@@ -16,11 +17,21 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO
 
+import numpy as np
 import torch
-from torch import Tensor
 from torch.utils.data import IterableDataset, get_worker_info
 
 from comera_lightning.data.click_logs import ClickBatch, kjt_from_id_matrix
+from comera_lightning.data.criteo_shards import (
+    DEFAULT_BLOCK_BYTES,
+    Block,
+    FileShare,
+    count_lines_before,
+    is_gzip,
+    iter_blocks,
+    shares_of_reader,
+)
+from comera_lightning.data.criteo_vectorised import ParsedBlock, log1p_dense, parse_block
 from comera_lightning.data.file_errors import empty_file_error
 
 __all__ = [
@@ -124,55 +135,88 @@ def _line_problem(text: str) -> str:
 
 def _open_text(path: Path) -> IO[str]:
     """Open a text file for reading, transparently gunzipping (detected by magic bytes)."""
-    with open(path, "rb") as handle:
-        magic = handle.read(2)
-    if magic == b"\x1f\x8b":
+    if is_gzip(path):
         return gzip.open(path, "rt", encoding="utf-8", errors="replace", newline="\n")
     return open(path, encoding="utf-8", errors="replace", newline="\n")
 
 
-def _batch_from_rows(labels: list[int], dense: list[int], sparse: list[int], sizes: Tensor) -> ClickBatch:
-    """Tensorise flat row-major rows: log1p(max(x, 0)) dense, ids modulo the table sizes (empty → 0)."""
-    batch = len(labels)
-    dense_t = torch.tensor(dense, dtype=torch.float64).view(batch, NUM_DENSE)
-    try:
-        raw = torch.tensor(sparse, dtype=torch.int64).view(batch, NUM_SPARSE)
-    except (ValueError, OverflowError, RuntimeError):  # a hex id beyond 64 bits: reduce it in Python
-        raw = _reduced_ids(sparse, sizes).view(batch, NUM_SPARSE)
-    ids = torch.where(raw < 0, torch.zeros_like(raw), raw.remainder(sizes))
+def _is_blank(line: str) -> bool:
+    """A blank line (only spaces or line ends) is skipped, wherever it is."""
+    return line.isspace() and "\t" not in line
+
+
+def _parse_lines(block: Block, sizes: np.ndarray) -> ParsedBlock:
+    """The per-line path for a block the vectorised parser declined; errors name the file and line."""
+    labels: list[int] = []
+    dense: list[list[int]] = []
+    hashes: list[list[int]] = []
+    for index, line in enumerate(block.data.decode("utf-8", errors="replace").splitlines(keepends=True)):
+        if _is_blank(line):
+            continue
+        try:
+            label, ints, ids = parse_criteo_line(line)
+        except ValueError:
+            line_no = count_lines_before(block.path, block.offset) + index + 1
+            parse_criteo_line(line, str(block.path), line_no)  # raises again, naming the file and line
+            raise
+        labels.append(label)
+        dense.append(ints)
+        hashes.append(ids)
+    table = [int(s) for s in sizes]
+    ids = [[0 if h < 0 else h % table[c] for c, h in enumerate(row)] for row in hashes]
+    return ParsedBlock(
+        labels=np.array(labels, dtype=np.float32),
+        dense=log1p_dense(np.array(dense, dtype=np.float64).reshape(-1, NUM_DENSE)),
+        ids=np.array(ids, dtype=np.int64).reshape(-1, NUM_SPARSE),
+    )
+
+
+def _has_data_line(path: Path) -> bool:
+    """True if the file holds at least one non-blank line (reads up to the first one)."""
+    with _open_text(path) as handle:
+        return any(not _is_blank(line) for line in handle)
+
+
+def _batch(rows: ParsedBlock) -> ClickBatch:
+    """A ClickBatch of parsed rows (ids already reduced modulo the table sizes)."""
     return ClickBatch(
-        dense=dense_t.clamp_min_(0).log1p_().to(torch.float32),
-        sparse=kjt_from_id_matrix(CRITEO_CAT_NAMES, ids),
-        labels=torch.tensor(labels, dtype=torch.float32),
+        dense=torch.from_numpy(rows.dense),
+        sparse=kjt_from_id_matrix(CRITEO_CAT_NAMES, torch.from_numpy(rows.ids)),
+        labels=torch.from_numpy(rows.labels),
     )
 
 
-def _reduced_ids(sparse: list[int], sizes: Tensor) -> Tensor:
-    """``id % table size`` computed on Python ints (any length), empty ids (-1) kept; the slow path."""
-    table = sizes.tolist()
-    return torch.tensor(
-        [h if h < 0 else h % table[i % NUM_SPARSE] for i, h in enumerate(sparse)], dtype=torch.int64
-    )
-
-
-def _shard() -> tuple[int, int]:
-    """(this reader's index, number of readers) over DDP ranks × DataLoader workers."""
-    rank, world = 0, 1
+def _distributed_rank() -> tuple[int, int] | None:
+    """(rank, world size) of this process's default process group, None outside one."""
     if torch.distributed.is_available() and torch.distributed.is_initialized():
-        rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
+        return torch.distributed.get_rank(), torch.distributed.get_world_size()
+    return None
+
+
+def _shard(launching_rank: tuple[int, int] | None = None) -> tuple[int, int]:
+    """(this reader's index, number of readers) over DDP ranks × DataLoader workers.
+
+    A DataLoader worker started by spawn or forkserver (the default under
+    ``torch.multiprocessing.spawn`` and Lightning's ``ddp_spawn``) has no process group, so the
+    rank is the one its parent had when it handed the dataset over (``launching_rank``).
+    """
+    rank, world = _distributed_rank() or launching_rank or (0, 1)
     info = get_worker_info()
     worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
     return rank * workers + worker, world * workers
 
 
 class CriteoIterableDataset(IterableDataset):
-    """Streams ``ClickBatch`` es from Criteo TSV files (plain or gzip), line by line.
+    """Streams ``ClickBatch`` es from Criteo TSV files (plain or gzip), in blocks of whole lines.
 
-    Line ``k`` (counted over all files, in order) goes to reader ``k % num_readers``, where
-    the readers are the DataLoader workers of every DDP rank, so each line is read by
-    exactly one of them. Batches are built here: use ``DataLoader(dataset, batch_size=None)``.
-    Under DDP the ranks may get different numbers of batches (the last one can be short or
-    missing); set ``drop_last`` and limit the batches per epoch when that matters.
+    The readers are the DataLoader workers of every DDP rank; each parses only its own share
+    (`criteo_shards.shares_of_reader`): a byte range of every plain file, whole gzip files. So no
+    line is parsed by two readers, and a reader reads no other reader's bytes except the tail of
+    one line where its range starts. Blocks are parsed by the vectorised parser, or line by line
+    when they hold something it declines (blank or CRLF lines, over-long fields, a bad line).
+    Batches are built here: use ``DataLoader(dataset, batch_size=None)``. Ranks may get different
+    numbers of batches (shares differ by up to a line per file, and whole gzip files differ in
+    size); set ``drop_last`` and limit the batches per epoch when that matters.
     """
 
     def __init__(
@@ -181,45 +225,75 @@ class CriteoIterableDataset(IterableDataset):
         batch_size: int,
         table_sizes: Sequence[int] | None = None,
         drop_last: bool = False,
+        block_bytes: int = DEFAULT_BLOCK_BYTES,
     ) -> None:
         super().__init__()
         if not files:
             raise ValueError("CriteoIterableDataset needs at least one file, got none.")
-        if batch_size <= 0:
-            raise ValueError(f"batch_size must be positive, got {batch_size}.")
+        if batch_size <= 0 or block_bytes <= 0:
+            raise ValueError(f"batch_size and block_bytes must be positive, got {batch_size} and {block_bytes}.")
         self.files = [Path(f) for f in files]
         self.batch_size = batch_size
         self.table_sizes = _check_table_sizes(table_sizes)
         self.drop_last = drop_last
+        self.block_bytes = block_bytes
 
-    def iter_rows(self) -> Iterator[tuple[int, list[int], list[int]]]:
-        """Parsed (label, raw ints, raw hashes) of the lines this reader owns."""
-        reader, readers = _shard()
-        global_line = 0
-        for path in self.files:
-            start = global_line
-            with _open_text(path) as handle:
-                for line_no, line in enumerate(handle, start=1):
-                    if line.isspace() and "\t" not in line:  # blank: skipped, not counted for sharding
-                        continue
-                    owned = global_line % readers == reader
-                    global_line += 1
-                    if owned:
-                        yield parse_criteo_line(line, str(path), line_no)
-            if global_line == start:
-                raise empty_file_error(path, f"one Criteo line per example ({NUM_COLUMNS} tab-separated columns)")
+    def __getstate__(self) -> dict:
+        # Pickled for a spawned DataLoader worker: take this process's rank along.
+        return {**self.__dict__, "_launching_rank": _distributed_rank()}
+
+    def shares(self) -> list[FileShare]:
+        """What this reader owns: its byte range of every plain file and its whole gzip files."""
+        reader, readers = _shard(getattr(self, "_launching_rank", None))
+        return shares_of_reader(self.files, reader, readers)
+
+    def iter_blocks(self) -> Iterator[Block]:
+        """The raw blocks of whole lines this reader owns, in reading order."""
+        for share in self.shares():
+            yield from self._share_blocks(share)
+
+    def iter_parsed(self) -> Iterator[ParsedBlock]:
+        """Parsed blocks of this reader's lines; a file without data lines is an error."""
+        sizes = np.array(self.table_sizes, dtype=np.uint64)
+        for share in self.shares():
+            rows_in_share = 0
+            for block in self._share_blocks(share):
+                rows = parse_block(block.data, sizes) or _parse_lines(block, sizes)
+                rows_in_share += len(rows)
+                if len(rows):
+                    yield rows
+            if share.compressed and rows_in_share == 0:
+                raise _no_data_lines(share.path)
+
+    def _share_blocks(self, share: FileShare) -> Iterator[Block]:
+        # The reader of a plain file's first range checks that the file has data at all.
+        if share.first_of_file and not share.compressed and not _has_data_line(share.path):
+            raise _no_data_lines(share.path)
+        yield from iter_blocks(share, self.block_bytes)
 
     def __iter__(self) -> Iterator[ClickBatch]:
-        sizes = torch.tensor(self.table_sizes, dtype=torch.int64)
-        labels: list[int] = []
-        dense: list[int] = []
-        sparse: list[int] = []
-        for label, ints, hashes in self.iter_rows():
-            labels.append(label)
-            dense.extend(ints)
-            sparse.extend(hashes)
-            if len(labels) == self.batch_size:
-                yield _batch_from_rows(labels, dense, sparse, sizes)
-                labels, dense, sparse = [], [], []
-        if labels and not self.drop_last:
-            yield _batch_from_rows(labels, dense, sparse, sizes)
+        pending: list[ParsedBlock] = []
+        held = 0
+        for rows in self.iter_parsed():
+            pending.append(rows)
+            held += len(rows)
+            if held < self.batch_size:
+                continue
+            merged = _concat(pending)
+            full = held - held % self.batch_size
+            for begin in range(0, full, self.batch_size):
+                yield _batch(merged.slice(begin, begin + self.batch_size))
+            pending, held = [merged.slice(full, held)], held - full
+        if held and not self.drop_last:
+            yield _batch(_concat(pending))
+
+
+def _concat(blocks: list[ParsedBlock]) -> ParsedBlock:
+    """One block holding the rows of ``blocks`` in order."""
+    if len(blocks) == 1:
+        return blocks[0]
+    return ParsedBlock(*(np.concatenate([getattr(b, name) for b in blocks]) for name in ("labels", "dense", "ids")))
+
+
+def _no_data_lines(path: Path) -> ValueError:
+    return empty_file_error(path, f"one Criteo line per example ({NUM_COLUMNS} tab-separated columns)")
