@@ -20,16 +20,12 @@ NUM_SPARSE = 26
 NUM_COLUMNS = 1 + NUM_DENSE + NUM_SPARSE
 _MAX_DENSE_DIGITS = 15
 _MAX_HEX_DIGITS = 16
-_TAB, _NEWLINE, _MINUS, _ZERO = 9, 10, 45, 48
+_NEWLINE, _MINUS, _ZERO = 10, 45, 48
 
 _HEX_VALUE = np.full(256, 255, dtype=np.uint8)
 for _digit, _char in enumerate("0123456789abcdef"):
     _HEX_VALUE[ord(_char)] = _digit
     _HEX_VALUE[ord(_char.upper())] = _digit
-_MAX_EXACT_FLOAT_HEX_DIGITS = 13  # 16**13 = 2**52
-_TEN_POWERS = 10.0 ** np.arange(_MAX_DENSE_DIGITS, dtype=np.float64)
-_SIXTEEN_POWERS = 16.0 ** np.arange(_MAX_EXACT_FLOAT_HEX_DIGITS, dtype=np.float64)
-_HEX_SHIFTS = (4 * np.arange(_MAX_HEX_DIGITS, dtype=np.uint64)).astype(np.uint64)
 
 
 @dataclass
@@ -59,11 +55,11 @@ def parse_block(block: bytes, table_sizes: np.ndarray) -> ParsedBlock | None:
     buf = np.frombuffer(block, dtype=np.uint8)
     if buf.size == 0 or buf[-1] != _NEWLINE:
         return None
-    separators = np.flatnonzero((buf == _TAB) | (buf == _NEWLINE))
+    separators = np.flatnonzero(buf <= _NEWLINE)  # tabs, newlines and stray control bytes (refused below)
     if separators.size % NUM_COLUMNS:
         return None
     separators = separators.reshape(-1, NUM_COLUMNS)
-    if (buf[separators[:, -1]] != _NEWLINE).any() or (buf[separators[:, :-1]] != _TAB).any():
+    if (buf[separators[:, -1]] != _NEWLINE).any() or (buf[separators[:, :-1]] != 9).any():
         return None
     starts = np.empty_like(separators)
     starts[:, 1:] = separators[:, :-1] + 1
@@ -115,23 +111,24 @@ def _decimal_columns(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -
         return None
     width = max(int(digit_lengths.max()), 1)
     chars, mask = _digit_matrix(buf, starts + negative, digit_lengths, width)
-    digits = np.where(mask, chars, _ZERO).astype(np.float64) - _ZERO
-    if ((digits < 0) | (digits > 9)).any():
+    digits = np.where(mask, chars, _ZERO) - np.uint8(_ZERO)  # wraps around for bytes below '0'
+    if (digits > 9).any():
         return None
-    values = digits @ _TEN_POWERS[width - 1 :: -1]  # exact: at most 15 digits
-    return np.where(negative, -values, values)
+    values = np.zeros(digits.shape[:-1], dtype=np.int64)
+    for column in range(width):  # Horner's rule: small temporaries, exact (at most 15 digits)
+        values = values * 10 + digits[..., column]
+    return np.where(negative, -values, values).astype(np.float64)
 
 
 def _hex_columns(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray | None:
     """Hex ids as uint64 (empty → 0), or ``None`` for a non-hex or over-long field."""
     if lengths.size == 0 or lengths.max() > _MAX_HEX_DIGITS:
         return None
-    width = max(int(lengths.max()), 1)
+    width = 8 if lengths.max() <= 8 else 16
     chars, mask = _digit_matrix(buf, starts, lengths, width)
     nibbles = _HEX_VALUE[np.where(mask, chars, _ZERO)]
     if (nibbles == 255).any():
         return None
-    if width <= _MAX_EXACT_FLOAT_HEX_DIGITS:  # a float64 dot product is exact here, and fast
-        return (nibbles.astype(np.float64) @ _SIXTEEN_POWERS[width - 1 :: -1]).astype(np.uint64)
-    shifted = nibbles.astype(np.uint64) << _HEX_SHIFTS[width - 1 :: -1]
-    return np.bitwise_or.reduce(shifted, axis=-1)
+    packed = np.ascontiguousarray((nibbles[..., 0::2] << 4) | nibbles[..., 1::2])  # two hex digits per byte
+    big_endian = ">u4" if width == 8 else ">u8"
+    return packed.view(big_endian)[..., 0].astype(np.uint64)
