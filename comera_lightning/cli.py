@@ -43,6 +43,7 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.loggers import CSVLogger, Logger, WandbLogger
 from lightning.pytorch.utilities import rank_zero_info
 
+from ._optional import require
 from .callback import ComeraCallback
 from .cli_parser import ComeraArgumentParser
 from .config_files import resolve_config_args
@@ -58,6 +59,10 @@ WANDB_PROJECT = "comera-lightning"
 LOGS_DIR = "logs"
 #: LightningCLI internals this module relies on (tested with lightning 2.4 to 2.6, pinned <2.7 in pyproject.toml).
 _LIGHTNING_INTERNALS = ("_get", "_parser", "_instantiate_trainer")
+
+
+#: The short strategy name of ``comera_lightning.distributed.TorchRecDMPStrategy`` (imported only when asked for).
+TORCHREC_DMP = "torchrec_dmp"
 
 
 def _check_lightning_internals() -> None:
@@ -147,6 +152,9 @@ class ComeraCLI(LightningCLI):
             ComeraCallback(**comera.as_dict())
         except (TypeError, ValueError) as err:
             self.parser.error(f"comera: {err}")
+        trainer = self._get(self.config, "trainer", default=None)
+        if getattr(trainer, "strategy", None) == TORCHREC_DMP:
+            require("comera_lightning.distributed", f"--trainer.strategy {TORCHREC_DMP}")  # registers the name
 
     def after_instantiate_classes(self) -> None:
         """Keep Lightning from refusing to log when a linked value differs from the data module's own argument."""

@@ -80,3 +80,15 @@ def test_dmp_strategy_names_bad_arguments(kwargs, message):
 
     with pytest.raises(ValueError, match=message):
         TorchRecDMPStrategy(**kwargs)
+
+
+def test_cli_selects_the_strategy_by_its_short_name(tmp_path):
+    cli = [sys.executable, "-m", "comera_lightning", "fit", "--config", str(ROOT / "configs" / "dlrm_tiny.yaml"),
+           "--trainer.accelerator", "cpu", "--trainer.devices", "2", "--trainer.strategy", "torchrec_dmp",
+           "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "3", "--trainer.limit_val_batches", "1"]
+    done = subprocess.run(cli, capture_output=True, text=True, env={**os.environ, "WANDB_MODE": "disabled"},
+                          timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
+    (last,) = tmp_path.glob("logs/dlrm_tiny/version_0/checkpoints/last.ckpt")
+    checkpoint = torch.load(last, weights_only=False, map_location="cpu")
+    assert checkpoint["global_step"] == 3 and "torchrec_fused_optimizer" in checkpoint
