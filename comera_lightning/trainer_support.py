@@ -18,9 +18,11 @@ def check_supported(trainer: pl.Trainer, pl_module: pl.LightningModule, allow_ma
     name = type(trainer.strategy).__name__
     if name in UNSUPPORTED_STRATEGIES:
         raise ValueError(
-            f"ComeraCallback does not support {name} yet: pruning changes parameter shapes, which sharded "
-            "strategies cannot follow. Use a single device, 'ddp' (also 'ddp_spawn'), or "
-            "comera_lightning.strategy.CUDAGraphStrategy."
+            f"ComeraCallback does not support {name}: pruning changes parameter shapes, which sharded "
+            "strategies cannot follow, and after tensorization parameters and optimizer state are under 1% of a "
+            "process's memory, so sharding them saves little (measured in docs/SCALING.md). Use a single device, "
+            "'ddp' (also 'ddp_spawn'), comera_lightning.strategy.CUDAGraphStrategy, or 'torchrec_dmp' to shard "
+            "a DLRM's dense embedding tables."
         )
     if not pl_module.automatic_optimization and not allow_manual_optimization:
         raise ValueError(
