@@ -57,6 +57,7 @@ class ShardableEmbeddingBagCollection(TTEmbeddingBagCollection):
                 self.sharded_tables.embedding_bags[config.name].weight.copy_(collection.embedding_bags[config.name].weight)
         self._tt_keys = [f for c in tt_configs for f in c.feature_names]
         self._dense_keys = [f for c in dense_configs for f in c.feature_names]
+        self.tt_lookup = _TTLookup(self)
         self._register_state_dict_hook(_rename_keys(_SHARDED, _PLAIN))
         self._register_load_state_dict_pre_hook(_rename_loaded_keys(set(t.name for t in dense_configs)), with_module=True)
 
@@ -65,18 +66,23 @@ class ShardableEmbeddingBagCollection(TTEmbeddingBagCollection):
         return self._all_configs
 
     def forward(self, features: KeyedJaggedTensor) -> KeyedTensor:
-        """TT features through the TT tables, the rest through the (sharded) TorchRec collection; one ``KeyedTensor``."""
+        """TT features through the TT tables, the rest through the (sharded) TorchRec collection; one ``KeyedTensor``.
+
+        The sharded collection takes the batch's KJT as it is (it picks its own features), and the
+        TT lookup is a leaf module: so ``torch.fx`` traces this forward, and TorchRec's train
+        pipelines can start the sharded tables' input all-to-all before the forward runs.
+        """
+        return _merge_pooled(self.tt_lookup(features), self.sharded_tables(features), self._all_embedding_names)
+
+    def _tt_forward(self, features: KeyedJaggedTensor) -> KeyedTensor:
+        """The TT tables' pooled embeddings (the input's other features ignored)."""
         features = maybe_td_to_kjt(features, None)
         position = {key: i for i, key in enumerate(features.keys())}
         missing = [f for f in self._tt_keys + self._dense_keys if f not in position]
         if missing:
             raise ValueError(f"features {missing} are missing from the input KeyedJaggedTensor (keys: {features.keys()}).")
-        tt_input, dense_input = features.permute([position[f] for f in self._tt_keys + self._dense_keys]).split(
-            [len(self._tt_keys), len(self._dense_keys)]
-        )
-        pooled = super().forward(tt_input).to_dict()
-        pooled.update(self.sharded_tables(dense_input).to_dict())
-        return KeyedTensor.from_tensor_list(self._all_embedding_names, [pooled[name] for name in self._all_embedding_names])
+        tt_input = features.permute([position[f] for f in self._tt_keys])
+        return super().forward(tt_input)
 
     def dense_parameters(self) -> int:
         """Parameters of the equivalent ``EmbeddingBagCollection`` (all tables)."""
@@ -93,6 +99,26 @@ class ShardableEmbeddingBagCollection(TTEmbeddingBagCollection):
             "a ShardableEmbeddingBagCollection (made for DistributedModelParallel) cannot be exported directly: load "
             "the checkpoint into the unsharded model (its keys are the same) and export that."
         )
+
+
+class _TTLookup(nn.Module):
+    """Calls its collection's TT lookup; holds no parameters, so ``torch.fx`` keeps it as one call (a leaf)."""
+
+    def __init__(self, owner: ShardableEmbeddingBagCollection) -> None:
+        super().__init__()
+        self.__dict__["_owner"] = owner  # not a submodule: no second path to the TT parameters
+
+    def forward(self, features: KeyedJaggedTensor) -> KeyedTensor:
+        return self._owner._tt_forward(features)
+
+
+def _merge_pooled(tt: KeyedTensor, dense: KeyedTensor, names: list[str]) -> KeyedTensor:
+    """One KeyedTensor of both lookups' embeddings, in the order ``names`` (a single ``torch.fx`` call)."""
+    pooled = {**tt.to_dict(), **dense.to_dict()}
+    return KeyedTensor.from_tensor_list(names, [pooled[name] for name in names])
+
+
+torch.fx.wrap("_merge_pooled")
 
 
 def make_shardable(module: nn.Module) -> list[str]:
