@@ -31,7 +31,14 @@ from comera_lightning.data.criteo_shards import (
     iter_blocks,
     shares_of_reader,
 )
-from comera_lightning.data.criteo_vectorised import ParsedBlock, log1p_dense, parse_block
+from comera_lightning.data.criteo_vectorised import (
+    NUM_COLUMNS,
+    NUM_DENSE,
+    NUM_SPARSE,
+    ParsedBlock,
+    log1p_dense,
+    parse_block,
+)
 from comera_lightning.data.file_errors import empty_file_error
 
 __all__ = [
@@ -44,9 +51,6 @@ __all__ = [
     "parse_criteo_line",
 ]
 
-NUM_DENSE = 13
-NUM_SPARSE = 26
-NUM_COLUMNS = 1 + NUM_DENSE + NUM_SPARSE
 # Same names as torchrec.datasets.criteo.DEFAULT_CAT_NAMES.
 CRITEO_CAT_NAMES: list[str] = [f"cat_{i}" for i in range(NUM_SPARSE)]
 CRITEO_INT_NAMES: list[str] = [f"int_{i}" for i in range(NUM_DENSE)]
@@ -258,7 +262,9 @@ class CriteoIterableDataset(IterableDataset):
         for share in self.shares():
             rows_in_share = 0
             for block in self._share_blocks(share):
-                rows = parse_block(block.data, sizes) or _parse_lines(block, sizes)
+                rows = parse_block(block.data, sizes)
+                if rows is None:
+                    rows = _parse_lines(block, sizes)
                 rows_in_share += len(rows)
                 if len(rows):
                     yield rows
