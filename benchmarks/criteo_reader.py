@@ -9,6 +9,8 @@ and the order rotated every round:
 * ``comera_per_line``: the same reader with the vectorised parser switched off (every block
   parsed line by line, the way the reader worked before);
 * ``comera_2_workers``: the reader under a DataLoader with 2 workers, each parsing its byte range;
+* ``comera_convert``: `convert_criteo_day`, our one-off conversion of the day to ``.npy`` arrays;
+* ``comera_npy_batches``: `CriteoNpyDataset` → ``ClickBatch`` from those arrays (memory-mapped);
 * ``torchrec_tsv_stream``: `torchrec.datasets.criteo.CriteoIterDataPipe`, TorchRec's streaming
   TSV reader (rows of Python values, no tensors);
 * ``torchrec_tsv_to_npys``: `BinaryCriteoUtils.tsv_to_npys`, TorchRec's conversion of a day file
@@ -19,7 +21,7 @@ and the order rotated every round:
     .venv/bin/python benchmarks/criteo_reader.py [--rows 200000] [--rounds 3] [--batch 2048]
         [--systems comera comera_2_workers ...] [--out benchmarks/results/criteo_reader.json]
 
-About 1.5 minutes at the defaults on 2 cores.
+About 2 minutes at the defaults on 2 cores.
 """
 
 from __future__ import annotations
@@ -71,6 +73,19 @@ def comera_rows(path: Path, batch: int, workers: int = 0, vectorised: bool = Tru
         criteo_tsv.parse_block = original
 
 
+def comera_convert(path: Path, folder: Path) -> int:
+    from comera_lightning.data.criteo_npy import convert_criteo_day
+
+    converted = convert_criteo_day(path, folder / "comera", TABLE_SIZES)
+    return json.loads((converted / "meta.json").read_text())["rows"]
+
+
+def comera_npy_batches(folder: Path, batch: int) -> int:
+    from comera_lightning.data.criteo_npy import CriteoNpyDataset
+
+    return sum(b.labels.numel() for b in CriteoNpyDataset([folder / "comera" / "day_0"], batch, TABLE_SIZES))
+
+
 def torchrec_stream_rows(path: Path) -> int:
     from torchrec.datasets.criteo import CriteoIterDataPipe
 
@@ -120,12 +135,14 @@ def main(argv: list[str] | None = None) -> dict:
         folder = Path(tmp)
         day = folder / "day_0"
         write_synthetic_day(day, args.rows)
-        if args.systems is None or "torchrec_npy_batches" in args.systems:
-            torchrec_to_npys(day, folder)  # the .npy files it reads exist from round 0
+        torchrec_to_npys(day, folder)  # the .npy files the *_npy_batches systems read exist from round 0
+        comera_convert(day, folder)
         systems = {
             "comera": lambda: comera_rows(day, args.batch),
             "comera_per_line": lambda: comera_rows(day, args.batch, vectorised=False),
             "comera_2_workers": lambda: comera_rows(day, args.batch, workers=2),
+            "comera_convert": lambda: comera_convert(day, folder),
+            "comera_npy_batches": lambda: comera_npy_batches(folder, args.batch),
             "torchrec_tsv_stream": lambda: torchrec_stream_rows(day),
             "torchrec_tsv_to_npys": lambda: torchrec_to_npys(day, folder),
             "torchrec_npy_batches": lambda: torchrec_npy_batches(folder, args.batch),

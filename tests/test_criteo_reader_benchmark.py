@@ -15,8 +15,9 @@ def test_every_system_reads_every_row_and_the_result_names_no_path(tmp_path):
     bench = importlib.import_module("benchmarks.criteo_reader")
     out = tmp_path / "criteo_reader.json"
     result = bench.main(["--rows", "3000", "--rounds", "1", "--batch", "512", "--out", str(out)])
-    assert set(result["systems"]) == {"comera", "comera_per_line", "comera_2_workers", "torchrec_tsv_stream",
-                                      "torchrec_tsv_to_npys", "torchrec_npy_batches"}
+    assert set(result["systems"]) == {"comera", "comera_per_line", "comera_2_workers", "comera_convert",
+                                      "comera_npy_batches", "torchrec_tsv_stream", "torchrec_tsv_to_npys",
+                                      "torchrec_npy_batches"}
     assert all(s["rows_per_s_median"] > 0 for s in result["systems"].values())
     assert "/" not in json.dumps(result["machine"]) and str(tmp_path) not in out.read_text()
 

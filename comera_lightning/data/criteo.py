@@ -25,6 +25,7 @@ from comera_lightning.data.criteo_tsv import (  # noqa: F401 - re-exported
     _shard,
     parse_criteo_line,
 )
+from comera_lightning.data.criteo_npy import CriteoNpyDataset, is_converted_day
 from comera_lightning.data.hparams import BatchSizeHParams
 from comera_lightning.data.splits import resolve_split
 from comera_lightning.data.synthetic_criteo import (  # noqa: F401 - re-exported
@@ -61,7 +62,8 @@ class CriteoDataModule(BatchSizeHParams, ClickLogDataModule):
     """Criteo Display Advertising TSV files from disk (plain or ``.gz``), streamed.
 
     ``train_files``, ``val_files`` and ``test_files`` are paths (a path or a list each; a
-    list is read in order, e.g. days 0..22). ``table_sizes`` defaults to the Kaggle
+    list is read in order, e.g. days 0..22): TSV files, or folders made from them once by
+    ``python -m comera_lightning.data.criteo_npy`` (memory-mapped, much faster per epoch). ``table_sizes`` defaults to the Kaggle
     cardinalities. Batches are built by the reading workers, each rank × worker parsing only
     its byte range of every plain file (gzip files go whole to one reader: give at least as many
     ``.gz`` files as readers, or decompress them once); lines are not shuffled (as in the DLRM
@@ -114,11 +116,17 @@ class CriteoDataModule(BatchSizeHParams, ClickLogDataModule):
         return NUM_DENSE
 
     def prepare_data(self) -> None:
-        """Check that every configured file exists."""
+        """Check that every configured file exists, and that a split is all TSV files or all converted days."""
         for split, files in self.files.items():
             for path in files:
-                if not Path(path).is_file():
-                    raise DatasetNotFoundError(f"{split} file {path!r} does not exist; fix {split}_files.")
+                if not Path(path).is_file() and not is_converted_day(path):
+                    raise DatasetNotFoundError(
+                        f"{split} file {path!r} does not exist (nor is it a folder made by convert_criteo_day); "
+                        f"fix {split}_files."
+                    )
+            converted = [is_converted_day(path) for path in files]
+            if any(converted) and not all(converted):
+                raise ValueError(f"{split}_files mixes TSV files and converted days; give one kind per split.")
 
     def setup(self, stage: str | None = None) -> None:
         """Validate the paths (nothing is loaded: the files are streamed)."""
@@ -141,7 +149,10 @@ class CriteoDataModule(BatchSizeHParams, ClickLogDataModule):
         files = self.files[split]
         if not files:
             raise ValueError(f"no {split} files configured; pass {split}_files= one or more Criteo TSV paths.")
-        dataset = CriteoIterableDataset(files, batch_size, self.table_sizes, drop_last=drop_last)
+        if is_converted_day(files[0]):
+            dataset = CriteoNpyDataset(files, batch_size, self.table_sizes, drop_last=drop_last)
+        else:
+            dataset = CriteoIterableDataset(files, batch_size, self.table_sizes, drop_last=drop_last)
         return DataLoader(
             dataset,
             batch_size=None,

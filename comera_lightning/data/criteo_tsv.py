@@ -175,6 +175,12 @@ def _parse_lines(block: Block, sizes: np.ndarray) -> ParsedBlock:
     )
 
 
+def parse_any_block(block: Block, sizes: np.ndarray) -> ParsedBlock:
+    """A block parsed by the vectorised parser, or line by line when it declines."""
+    rows = parse_block(block.data, sizes)
+    return _parse_lines(block, sizes) if rows is None else rows
+
+
 def _has_data_line(path: Path) -> bool:
     """True if the file holds at least one non-blank line (reads up to the first one)."""
     with _open_text(path) as handle:
@@ -262,19 +268,17 @@ class CriteoIterableDataset(IterableDataset):
         for share in self.shares():
             rows_in_share = 0
             for block in self._share_blocks(share):
-                rows = parse_block(block.data, sizes)
-                if rows is None:
-                    rows = _parse_lines(block, sizes)
+                rows = parse_any_block(block, sizes)
                 rows_in_share += len(rows)
                 if len(rows):
                     yield rows
             if share.compressed and rows_in_share == 0:
-                raise _no_data_lines(share.path)
+                raise no_data_lines(share.path)
 
     def _share_blocks(self, share: FileShare) -> Iterator[Block]:
         # The reader of a plain file's first range checks that the file has data at all.
         if share.first_of_file and not share.compressed and not _has_data_line(share.path):
-            raise _no_data_lines(share.path)
+            raise no_data_lines(share.path)
         yield from iter_blocks(share, self.block_bytes)
 
     def __iter__(self) -> Iterator[ClickBatch]:
@@ -301,5 +305,6 @@ def _concat(blocks: list[ParsedBlock]) -> ParsedBlock:
     return ParsedBlock(*(np.concatenate([getattr(b, name) for b in blocks]) for name in ("labels", "dense", "ids")))
 
 
-def _no_data_lines(path: Path) -> ValueError:
+def no_data_lines(path: Path) -> ValueError:
+    """The error for a Criteo file without a data line."""
     return empty_file_error(path, f"one Criteo line per example ({NUM_COLUMNS} tab-separated columns)")
