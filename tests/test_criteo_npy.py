@@ -89,6 +89,16 @@ def test_a_bad_line_stops_the_conversion_naming_it_and_leaves_no_finished_folder
     assert not is_converted_day(tmp_path / "npy" / "day_9")
 
 
+def test_conversion_refuses_to_write_over_a_file_of_the_folder_name(tmp_path) -> None:
+    plain = tmp_path / "day_3"
+    plain.write_text(line(0, random.Random(1)) + "\n")
+    gz = tmp_path / "day_3.gz"
+    gz.write_bytes(gzip.compress(plain.read_bytes()))
+    with pytest.raises(FileExistsError, match=r"writes the folder .*day_3, but a file of that name is there"):
+        convert_criteo_day(gz, tmp_path, SIZES)
+    assert plain.read_text() == line(0, random.Random(1)) + "\n"
+
+
 def test_command_line_converts_and_writes_meta(days, tmp_path, capsys) -> None:
     criteo_npy.main([str(days[1]), "--out", str(tmp_path / "out"), "--table_sizes", *map(str, SIZES)])
     meta = json.loads((tmp_path / "out" / "day_1" / "meta.json").read_text())

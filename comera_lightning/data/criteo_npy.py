@@ -55,6 +55,9 @@ def convert_criteo_day(tsv: str | Path, out: str | Path, table_sizes: Sequence[i
     tsv = Path(tsv)
     sizes = _check_table_sizes(table_sizes)
     folder = Path(out) / tsv.name.removesuffix(".gz")
+    if folder.exists() and not folder.is_dir():
+        raise FileExistsError(f"convert_criteo_day writes the folder {folder}, but a file of that name is there "
+                              "(the decompressed day?); give another output folder (--out).")
     folder.mkdir(parents=True, exist_ok=True)
     (folder / META).unlink(missing_ok=True)
     parts = {name: folder / f"{name}.npy.part" for name in ARRAYS}
