@@ -63,8 +63,8 @@ class CriteoDataModule(BatchSizeHParams, ClickLogDataModule):
 
     ``train_files``, ``val_files`` and ``test_files`` are paths (a path or a list each; a
     list is read in order, e.g. days 0..22): TSV files, or folders made from them once by
-    ``python -m comera_lightning.data.criteo_npy`` (memory-mapped, much faster per epoch). ``table_sizes`` defaults to the Kaggle
-    cardinalities. Batches are built by the reading workers, each rank × worker parsing only
+    ``python -m comera_lightning.data.criteo_npy`` (memory-mapped, much faster per epoch).
+    ``table_sizes`` defaults to the Kaggle cardinalities. Batches are built by the reading workers, each rank × worker parsing only
     its byte range of every plain file (gzip files go whole to one reader: give at least as many
     ``.gz`` files as readers, or decompress them once); lines are not shuffled (as in the DLRM
     reference, which reads the days in order). The arguments are read back from ``self.hparams``.
