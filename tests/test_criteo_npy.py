@@ -104,3 +104,7 @@ def test_command_line_converts_and_writes_meta(days, tmp_path, capsys) -> None:
     meta = json.loads((tmp_path / "out" / "day_1" / "meta.json").read_text())
     assert meta == {"rows": 71, "table_sizes": SIZES, "source": "day_1.gz"}
     assert "day_1" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        criteo_npy.main([str(tmp_path / "day_7.gz"), "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert "error:" in err and "day_7.gz" in err and "Traceback" not in err

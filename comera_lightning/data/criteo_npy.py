@@ -170,13 +170,17 @@ def _batch(arrays: dict[str, np.ndarray]) -> ClickBatch:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="Convert Criteo TSV days (plain or gzip) to memory-mappable .npy folders.")
+    parser = argparse.ArgumentParser(prog="python -m comera_lightning.data.criteo_npy",
+                                     description="Convert Criteo TSV days (plain or gzip) to memory-mappable .npy folders.")
     parser.add_argument("days", nargs="+", type=Path)
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--table_sizes", type=int, nargs=26, default=None, help="26 sizes (default: Criteo Kaggle's)")
+    parser.add_argument("--table_sizes", type=int, nargs=26, default=None, metavar="SIZE", help="26 sizes (default: Criteo Kaggle's)")
     args = parser.parse_args(argv)
     for day in args.days:
-        print(convert_criteo_day(day, args.out, args.table_sizes))
+        try:
+            print(convert_criteo_day(day, args.out, args.table_sizes))
+        except (OSError, ValueError) as err:  # a bad line, a missing file, an output in the way: one line, no traceback
+            parser.error(str(err))
 
 
 if __name__ == "__main__":
