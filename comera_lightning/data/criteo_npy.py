@@ -19,16 +19,16 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
-import torch
 from torch.utils.data import IterableDataset
 
-from comera_lightning.data.click_logs import ClickBatch, kjt_from_id_matrix
+from comera_lightning.data.click_logs import ClickBatch
 from comera_lightning.data.criteo_shards import iter_blocks, shares_of_reader
 from comera_lightning.data.criteo_tsv import (
-    CRITEO_CAT_NAMES,
     _check_table_sizes,
     _distributed_rank,
     _shard,
+    click_batch,
+    concat_rows,
     no_data_lines,
     parse_any_block,
 )
@@ -129,24 +129,34 @@ class CriteoNpyDataset(IterableDataset):
         return ranges
 
     def __iter__(self) -> Iterator[ClickBatch]:
-        carry: dict[str, np.ndarray] | None = None  # fewer than batch_size rows left over from the previous day
+        carry: ParsedBlock | None = None  # fewer than batch_size rows left over from the previous day
         for day, position, end in self.row_ranges():
-            arrays = {name: np.load(day / f"{name}.npy", mmap_mode="r") for name in ARRAYS}
+            rows = _mapped_day(day)
             if carry is not None:
-                take = min(self.batch_size - len(carry["labels"]), end - position)
-                carry = {name: np.concatenate([carry[name], arrays[name][position : position + take]]) for name in ARRAYS}
+                take = min(self.batch_size - len(carry), end - position)
+                carry = concat_rows([carry, _copied(rows.slice(position, position + take))])
                 position += take
-                if len(carry["labels"]) < self.batch_size:
+                if len(carry) < self.batch_size:
                     continue
-                yield _batch(carry)
+                yield click_batch(carry)
                 carry = None
             while end - position >= self.batch_size:
-                yield _batch({name: arrays[name][position : position + self.batch_size] for name in ARRAYS})
+                yield click_batch(_copied(rows.slice(position, position + self.batch_size)))
                 position += self.batch_size
             if position < end:
-                carry = {name: np.array(arrays[name][position:end]) for name in ARRAYS}
+                carry = _copied(rows.slice(position, end))
         if carry is not None and not self.drop_last:
-            yield _batch(carry)
+            yield click_batch(carry)
+
+
+def _mapped_day(day: Path) -> ParsedBlock:
+    """The day's arrays, memory-mapped read-only."""
+    return ParsedBlock(**{_FIELDS[name]: np.load(day / f"{name}.npy", mmap_mode="r") for name in ARRAYS})
+
+
+def _copied(rows: ParsedBlock) -> ParsedBlock:
+    """Rows read into memory (tensors cannot share a read-only map)."""
+    return ParsedBlock(np.array(rows.labels), np.array(rows.dense), np.array(rows.ids))
 
 
 def _check_converted(day: Path, sizes: list[int]) -> None:
@@ -159,14 +169,6 @@ def _check_converted(day: Path, sizes: list[int]) -> None:
             f"{day} was converted with table_sizes {made_for} (ids are stored modulo them), not {sizes}; "
             "convert the TSV again with these sizes, or use the sizes it was made with."
         )
-
-
-def _batch(arrays: dict[str, np.ndarray]) -> ClickBatch:
-    return ClickBatch(
-        dense=torch.from_numpy(np.array(arrays["dense"])),
-        sparse=kjt_from_id_matrix(CRITEO_CAT_NAMES, torch.from_numpy(np.array(arrays["sparse"]))),
-        labels=torch.from_numpy(np.array(arrays["labels"])),
-    )
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -187,8 +187,8 @@ def _has_data_line(path: Path) -> bool:
         return any(not _is_blank(line) for line in handle)
 
 
-def _batch(rows: ParsedBlock) -> ClickBatch:
-    """A ClickBatch of parsed rows (ids already reduced modulo the table sizes)."""
+def click_batch(rows: ParsedBlock) -> ClickBatch:
+    """A ClickBatch of parsed rows (ids already reduced modulo the table sizes); shares their memory."""
     return ClickBatch(
         dense=torch.from_numpy(rows.dense),
         sparse=kjt_from_id_matrix(CRITEO_CAT_NAMES, torch.from_numpy(rows.ids)),
@@ -289,16 +289,16 @@ class CriteoIterableDataset(IterableDataset):
             held += len(rows)
             if held < self.batch_size:
                 continue
-            merged = _concat(pending)
+            merged = concat_rows(pending)
             full = held - held % self.batch_size
             for begin in range(0, full, self.batch_size):
-                yield _batch(merged.slice(begin, begin + self.batch_size))
+                yield click_batch(merged.slice(begin, begin + self.batch_size))
             pending, held = [merged.slice(full, held)], held - full
         if held and not self.drop_last:
-            yield _batch(_concat(pending))
+            yield click_batch(concat_rows(pending))
 
 
-def _concat(blocks: list[ParsedBlock]) -> ParsedBlock:
+def concat_rows(blocks: list[ParsedBlock]) -> ParsedBlock:
     """One block holding the rows of ``blocks`` in order."""
     if len(blocks) == 1:
         return blocks[0]
