@@ -277,3 +277,17 @@ def test_no_warning_when_everything_is_readable(source_tree: Path) -> None:
         dm = CodeCorpusDataModule(source_dirs=[str(source_tree)])
         assert dm.documents and dm.skipped_files == []
     assert np.isclose(dm.mlm_probability, 0.15)
+
+
+def test_causal_objective_labels_every_real_token(source_tree):
+    dm = CodeCorpusDataModule(source_dirs=[str(source_tree)], block_size=32, batch_size=4, vocab_size=300,
+                              val_fraction=0.2, test_fraction=0.0, objective="clm")
+    dm.prepare_data()
+    dm.setup("fit")
+    for loader in (dm.train_dataloader(), dm.val_dataloader()):
+        batch = next(iter(loader))
+        real = batch["attention_mask"].bool()
+        assert torch.equal(batch["labels"][real], batch["input_ids"][real])
+        assert (batch["labels"][~real] == -100).all()
+    with pytest.raises(ValueError, match="objective='causal'"):
+        CodeCorpusDataModule(source_dirs=[str(source_tree)], objective="causal")

@@ -1,9 +1,10 @@
-"""`CodeCorpusDataModule`: masked-language-model pre-training batches from source code (CodeBERT-style).
+"""`CodeCorpusDataModule`: language-model pre-training batches from source code (masked, CodeBERT-style, or causal).
 
 It reads a code corpus (`code_files.py`), splits it by file (a hash of each file's relative path
 picks train / val / test, so a file never straddles splits: `code_splits.py`), trains a
 byte-level BPE tokenizer on the training files (cached), packs the token stream into fixed blocks
 of `block_size` tokens (`<s>` first, `</s>` between documents) and masks tokens on the fly
+(`objective="mlm"`) or labels every real token for next-token prediction (`objective="clm"`)
 (`mlm_batching.py`).
 
 Corpora:
@@ -15,7 +16,8 @@ Corpora:
   or `original_string` field (records with `repo`/`path` are split by that path).
 
 Batches: `input_ids` (long, `[batch, block_size]`), `attention_mask` (bool, True on real tokens) and
-`labels` (long; the original token where one was selected for prediction, -100 elsewhere).
+`labels` (long; "mlm": the original token where one was selected for prediction, -100 elsewhere;
+"clm": the input ids, -100 on padding, unshifted as Hugging Face causal LMs expect).
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from comera_lightning.data.code_files import (  # noqa: F401 - re-exported
     stdlib_dir,
 )
 from comera_lightning.data.code_splits import _unit_hash, split_documents, split_of, unit_hash  # noqa: F401
-from comera_lightning.data.mlm_batching import MLMCollator, PackedBlocks, pack_blocks
+from comera_lightning.data.mlm_batching import CausalLMCollator, MLMCollator, PackedBlocks, pack_blocks
 from comera_lightning.data.splits import SPLITS, SplitDict
 from comera_lightning.data.text_base import TokenizedTextDataModule
 from comera_lightning.data.tokenizer import BPE_SPECIAL_TOKENS, load_or_train_bytelevel_bpe
@@ -63,10 +65,11 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _MAX_NAMED_IN_WARNING = 20
+OBJECTIVES = ("mlm", "clm")
 
 
 class CodeCorpusDataModule(TokenizedTextDataModule):
-    """Masked-LM batches from a code corpus (the local Python stdlib by default) with a cached byte-level BPE.
+    """Masked- or causal-LM batches from a code corpus (the local Python stdlib by default) with a cached byte-level BPE.
 
     Args:
         source_dirs: folders of source files to read instead of the standard library.
@@ -77,7 +80,8 @@ class CodeCorpusDataModule(TokenizedTextDataModule):
         block_size: tokens per packed block, `<s>` included.
         batch_size: training batch size.
         eval_batch_size: validation/test batch size (default: `batch_size`).
-        mlm_probability: fraction of non-special tokens selected for prediction.
+        mlm_probability: fraction of non-special tokens selected for prediction (`objective="mlm"`).
+        objective: `"mlm"` (masked tokens, CodeBERT-style) or `"clm"` (next-token labels on every real token).
         vocab_size: byte-level BPE vocabulary size when training a tokenizer (at least 261).
         tokenizer_file: a user `tokenizer.json` (with <s>, <pad>, </s>, <unk>, <mask>) to use instead.
         cache_dir: tokenizer cache folder (default `$COMERA_CACHE_DIR` or `~/.cache/comera_lightning`).
@@ -117,9 +121,12 @@ class CodeCorpusDataModule(TokenizedTextDataModule):
         seed: int = 0,
         num_workers: int = 0,
         drop_last: bool = False,
+        objective: str = "mlm",
     ) -> None:
         super().__init__()
         _check_arguments(block_size, batch_size, val_fraction, test_fraction, max_files, max_bytes, mlm_probability)
+        if objective not in OBJECTIVES:
+            raise ValueError(f"objective={objective!r} is not one of {OBJECTIVES} (masked or causal language modelling)")
         self.save_hyperparameters()
         self._documents: SplitDict[list[CodeDocument]] | None = None
         self.skipped_files: list[str] = []
@@ -165,9 +172,9 @@ class CodeCorpusDataModule(TokenizedTextDataModule):
         return MLMCollator(self.mask_token_id, self.vocab_size, self.special_token_ids,
                            mlm_probability=self.mlm_probability, generator=generator)
 
-    def collate_fn(self, split: str) -> MLMCollator:
+    def collate_fn(self, split: str) -> MLMCollator | CausalLMCollator:
         """`collator()` for every split (evaluation items carry their fixed masks and are only stacked)."""
-        return self.collator()
+        return CausalLMCollator() if self.hparams.objective == "clm" else self.collator()
 
     # ---- building
 
@@ -193,7 +200,7 @@ class CodeCorpusDataModule(TokenizedTextDataModule):
                                       bos_id=self._token_id("<s>"), sep_id=self._token_id("</s>"),
                                       pad_id=self.pad_token_id)
         dataset = PackedBlocks(blocks, lengths)
-        if split != "train":
+        if split != "train" and self.hparams.objective == "mlm":
             # Fixed evaluation masks make validation losses comparable across epochs and runs.
             generator = torch.Generator().manual_seed(self.hparams.seed + SPLITS.index(split))
             masked, labels = self.collator().mask(dataset.blocks.long(), dataset.attention_mask, generator)

@@ -1,4 +1,5 @@
-"""Masked-LM batching: packing token streams into fixed blocks (`pack_blocks`, `PackedBlocks`) and BERT masking (`MLMCollator`)."""
+"""LM batching: packing token streams into fixed blocks (`pack_blocks`, `PackedBlocks`), BERT masking
+(`MLMCollator`) and next-token labels (`CausalLMCollator`)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-__all__ = ["MLMCollator", "PackedBlocks", "pack_blocks"]
+__all__ = ["CausalLMCollator", "MLMCollator", "PackedBlocks", "pack_blocks"]
 
 
 def pack_blocks(
@@ -116,3 +117,18 @@ class MLMCollator:
             picks = torch.randint(len(self.random_candidates), (n_random,), generator=gen)
             input_ids[to_random] = self.random_candidates[picks]
         return input_ids, labels
+
+
+class CausalLMCollator:
+    """Stack blocks for next-token prediction: `labels` are the input ids, -100 on padding.
+
+    The labels are not shifted: Hugging Face causal LMs (and `F.cross_entropy(logits[:, :-1], labels[:, 1:])`)
+    shift them themselves.
+    """
+
+    def __call__(self, items: Sequence[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+        """`input_ids`, `attention_mask` and `labels` of a batch of blocks."""
+        input_ids = torch.stack([item["input_ids"] for item in items]).long()
+        attention_mask = torch.stack([item["attention_mask"] for item in items])
+        return {"input_ids": input_ids, "attention_mask": attention_mask,
+                "labels": input_ids.masked_fill(~attention_mask.bool(), -100)}
