@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from ._optional import loaded
-from .layers import TensorizedModule, TTEmbedding, TTLinear
+from .layers import TensorizedModule, TTEmbedding, TTLinear, TTMultiheadAttention
 
 if TYPE_CHECKING:
     from .tensorize_config import TensorizeConfig
@@ -145,9 +145,28 @@ def _build_embedding(module: nn.Embedding, options: dict[str, Any]) -> TTEmbeddi
     )
 
 
+def _build_mha(module: nn.MultiheadAttention, options: dict[str, Any]) -> TTMultiheadAttention:
+    """Each of the packed (or separate) q/k/v projections and ``out_proj`` becomes a ``TTLinear``."""
+    if module._qkv_same_embed_dim:
+        weights = module.in_proj_weight.chunk(3)  # (out, in) each
+    else:
+        weights = (module.q_proj_weight, module.k_proj_weight, module.v_proj_weight)
+    biases = module.in_proj_bias.chunk(3) if module.in_proj_bias is not None else (None, None, None)
+    q, k, v = (build_linear_like(TTLinear, w.T, b, dict(options)) for w, b in zip(weights, biases))
+    out = build_linear_like(TTLinear, module.out_proj.weight.T, module.out_proj.bias, dict(options))
+    return TTMultiheadAttention(q, k, v, out, module.num_heads, module.dropout, module.batch_first)
+
+
+def _mha_unsupported(module: nn.MultiheadAttention) -> str | None:
+    if module.bias_k is not None or module.add_zero_attn:
+        return ("nn.MultiheadAttention with add_bias_kv or add_zero_attn is not supported: "
+                "leave it dense (exclude_modules) or build it without those options")
+    return None
+
+
 def _linear_unsupported(module: nn.Linear) -> str | None:
     if isinstance(module, nn.modules.linear.NonDynamicallyQuantizableLinear):
-        return "the out_proj of an nn.MultiheadAttention, which reads its weight directly: not supported"
+        return "the out_proj of an nn.MultiheadAttention: tensorized with its attention module, never alone"
     return None
 
 
@@ -164,6 +183,7 @@ register_converter(
         embedding_defaults, _embedding_unsupported,
     ),
 )
+register_converter(nn.MultiheadAttention, Converter("mha", _build_mha, LINEAR_OPTIONS, linear_defaults, _mha_unsupported))
 EBC_OPTIONS = frozenset({"max_rank", "num_cores", "init", "gate_threshold", "deduplicate", "min_rows"})
 register_integration("torchrec", "comera_lightning.integrations.torchrec", EBC_OPTIONS)
 register_integration("transformers", "comera_lightning.integrations.hf", LINEAR_OPTIONS)

@@ -176,6 +176,7 @@ class _ModelScan:
     names_of: dict[int, list[str]]  # every name under which a module is reachable
     tied: dict[int, list[str]]  # weight id -> names of the modules holding it
     linears: list[str]
+    heads: dict[str, str]  # output heads -> why they are taken for one
 
     @classmethod
     def of(cls, model: nn.Module) -> _ModelScan:
@@ -184,17 +185,40 @@ class _ModelScan:
             names_of.setdefault(id(module), []).append(name)
         tied: dict[int, list[str]] = {}
         for name, module in model.named_modules():
-            weight = getattr(module, "weight", None)
+            weight = None if isinstance(module, TensorizedModule) else getattr(module, "weight", None)
             if isinstance(weight, nn.Parameter):
                 tied.setdefault(id(weight), []).append(name)
-        return cls(names_of, tied, [n for n, m in model.named_modules() if isinstance(m, nn.Linear)])
+        linears = [(n, m) for n, m in model.named_modules() if isinstance(m, nn.Linear)]
+        return cls(names_of, tied, [n for n, _ in linears], _output_heads(model, linears))
 
-    def is_head(self, name: str) -> bool:
-        """The model's last ``nn.Linear`` (when it has several) or a module named like an output head."""
-        return (len(self.linears) > 1 and name == self.linears[-1]) or name.rsplit(".", 1)[-1] in HEAD_NAMES
+    def head_reason(self, name: str) -> str | None:
+        """Why ``name`` is taken for an output head, or None."""
+        return self.heads.get(name)
 
     def example_names(self) -> list[str]:
         return self.linears[:3] or [n for names in self.names_of.values() for n in names if n][:3]
+
+
+def _output_heads(model: nn.Module, linears: list[tuple[str, nn.Module]]) -> dict[str, str]:
+    """The output heads, from what the modules are: a head's name, or a map back to an embedding's vocabulary.
+
+    Only when neither finds one is the model's last registered ``nn.Linear`` taken for the head (registration
+    order says little: litgpt registers ``lm_head`` before its blocks).
+    """
+    heads = {n: "named like an output head" for n, _ in linears if n.rsplit(".", 1)[-1] in HEAD_NAMES}
+    vocabularies = {(m.embedding_dim, m.num_embeddings) for m in model.modules() if isinstance(m, nn.Embedding)}
+    for n, m in linears:
+        if (m.in_features, m.out_features) in vocabularies and n not in heads:
+            heads[n] = f"maps width {m.in_features} to an embedding's vocabulary of {m.out_features}"
+    outside_blocks = [n for n, _ in linears if not any(n.startswith(block) for block in _attention_blocks(model))]
+    if not heads and len(linears) > 1 and outside_blocks:
+        heads[outside_blocks[-1]] = "the model's last nn.Linear outside its attention blocks (no layer is named like a head or maps to a vocabulary)"
+    return heads
+
+
+def _attention_blocks(model: nn.Module) -> list[str]:
+    """Name prefixes of the modules holding an ``nn.MultiheadAttention`` (transformer layers: their linears are no head)."""
+    return [f"{n}." for n, m in model.named_modules() if any(isinstance(c, nn.MultiheadAttention) for c in m.children())]
 
 
 def _plan(
@@ -246,8 +270,9 @@ def _skip_reason(name: str, module: nn.Module, converter: Converter, scan: _Mode
     if weight is not None and len(scan.tied.get(id(weight), [])) > 1:  # before the head rule: an LM head is often tied
         others = [n for n in scan.tied[id(weight)] if n != name]
         return f"weight is tied to {others}: both stay dense (tensorizing one side would untie them)"
-    if not explicit and scan.is_head(name):
-        return "output head; name it in target_modules to tensorize it"
+    head = None if explicit else scan.head_reason(name)
+    if head is not None:
+        return f"output head ({head}); name it in target_modules to tensorize it"
     if weight is None and not any(p.requires_grad for p in module.parameters()):
         return "frozen (no parameter requires grad)"
     if weight is not None and not weight.requires_grad:

@@ -130,18 +130,3 @@ def test_bad_rules_raise_value_error_naming_them(kwargs, match):
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items()), "a failed tensorize must not change the model"
 
 
-def test_the_out_proj_of_a_multihead_attention_stays_dense_with_the_reason():
-    class Block(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.attn = nn.MultiheadAttention(64, 4, batch_first=True)
-            self.ffn = nn.Sequential(nn.Linear(64, 256), nn.Linear(256, 64))
-            self.head = nn.Linear(64, 2)
-
-        def forward(self, x):
-            return self.head(self.ffn(self.attn(x, x, x)[0]))
-
-    model = Block()
-    report = tensorize(model, max_rank=4)
-    assert "MultiheadAttention" in dict(report.skipped)["attn.out_proj"]
-    assert model(torch.randn(2, 5, 64)).shape == (2, 5, 2), "the attention still runs"

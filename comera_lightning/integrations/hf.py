@@ -25,6 +25,11 @@ class TTConv1D(TTLinear):
 
     summary_kind = "conv1d"
 
+    @property
+    def weight(self) -> torch.Tensor:
+        """The dense weight in ``Conv1D``'s layout, ``(in_features, out_features)``."""
+        return self.cached("weight_in_out", lambda: self.weight_matrix().T)
+
     def to_dense_module(self) -> Conv1D:
         """A ``Conv1D`` computing the same function (masked gates included)."""
         weight = self.weight_matrix().detach()  # (out, in)
@@ -36,7 +41,6 @@ class TTConv1D(TTLinear):
             else:
                 conv.bias.zero_()
         return conv
-
 
 
 def _build_conv1d(module: Conv1D, options: dict[str, Any]) -> TTConv1D:

@@ -111,6 +111,15 @@ class TTLinear(TTModule):
                 layer.bias.copy_(bias)
         return layer
 
+    @property
+    def weight(self) -> torch.Tensor:
+        """The dense ``(out_features, in_features)`` weight the train stands for.
+
+        For code that reads a linear layer's weight directly (e.g. ``nn.TransformerEncoderLayer``'s fused
+        inference path): contracted on every read in training, once at inference (cached until a parameter changes).
+        """
+        return self.cached("weight", self.weight_matrix)
+
     def weight_matrix(self) -> torch.Tensor:
         """The dense ``(out_features, in_features)`` weight the train represents (for export/tests)."""
         full = contract_chain(self.gated_cores()).reshape(prod(self.in_modes), prod(self.out_modes))
