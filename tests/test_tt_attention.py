@@ -101,8 +101,9 @@ def test_attention_with_bias_kv_is_skipped_with_the_reason():
     assert [r.name for r in report.swapped] == ["ffn"]
 
 
-def test_lightning_demo_transformer_fits_with_eval_validation():
+def test_lightning_demo_transformer_fits_with_eval_validation(tmp_path, monkeypatch):
     """Lightning's own demo nn.Transformer LM with ComeraCallback(): trains, validates in eval mode, prunes."""
+    monkeypatch.chdir(tmp_path)  # whatever the demo writes stays out of the checkout
     import lightning as L
     from lightning.pytorch.demos.transformer import LightningTransformer
     from torch.utils.data import DataLoader, TensorDataset
