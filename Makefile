@@ -45,7 +45,7 @@ test-readme: setup
 	WANDB_MODE=$${WANDB_MODE:-disabled} $(PY) -m pytest -q -m slow tests/test_readme_commands.py
 
 demo: setup
-	WANDB_MODE=$${WANDB_MODE:-offline} $(PY) -m comera_lightning.demo
+	WANDB_MODE=$${WANDB_MODE:-offline} $(PY) -m comera_lightning.cli.demo
 
 bench: setup
 	$(PY) benchmarks/layer_speed.py

@@ -61,7 +61,7 @@ def write_synthetic_day(path: Path, rows: int, seed: int = 0) -> None:
 def comera_rows(path: Path, batch: int, workers: int = 0, vectorised: bool = True) -> int:
     from torch.utils.data import DataLoader
 
-    from comera_lightning.data import criteo_tsv
+    from comera_lightning.data.criteo import tsv as criteo_tsv
 
     original = criteo_tsv.parse_block
     if not vectorised:
@@ -74,14 +74,14 @@ def comera_rows(path: Path, batch: int, workers: int = 0, vectorised: bool = Tru
 
 
 def comera_convert(path: Path, folder: Path) -> int:
-    from comera_lightning.data.criteo_npy import convert_criteo_day
+    from comera_lightning.data.criteo.npy import convert_criteo_day
 
     converted = convert_criteo_day(path, folder / "comera", TABLE_SIZES)
     return json.loads((converted / "meta.json").read_text())["rows"]
 
 
 def comera_npy_batches(folder: Path, batch: int) -> int:
-    from comera_lightning.data.criteo_npy import CriteoNpyDataset
+    from comera_lightning.data.criteo.npy import CriteoNpyDataset
 
     return sum(b.labels.numel() for b in CriteoNpyDataset([folder / "comera" / "day_0"], batch, TABLE_SIZES))
 

@@ -85,7 +85,7 @@ def optimizer_for(model: torch.nn.Module) -> torch.optim.Optimizer:
 
 
 def batches(rank: int, count: int, batch: int):
-    from comera_lightning.data.synthetic_criteo import SyntheticCriteoDataset
+    from comera_lightning.data.criteo.synthetic import SyntheticCriteoDataset
 
     return list(SyntheticCriteoDataset(num_batches=count, batch_size=batch, table_sizes=TABLES, num_dense=NUM_DENSE,
                                        zipf_exponent=1.05, seed=rank, stream=0, scatter_ids=True))

@@ -45,7 +45,7 @@ def dlrm_batches(batch: int, count: int) -> list[Any]:
 def dlrm_ids(batches: list[Any]) -> list[tuple[Any, Any]]:
     """The exported DLRM's inputs: dense features and ``(B, 26, 1)`` ids (converted outside the timed call)."""
     from comera_lightning.data.criteo import CRITEO_CAT_NAMES
-    from comera_lightning.export_dlrm import kjt_to_ids
+    from comera_lightning.export.dlrm import kjt_to_ids
 
     return [(b.dense, kjt_to_ids(b.sparse, list(CRITEO_CAT_NAMES), length=1)) for b in batches]
 

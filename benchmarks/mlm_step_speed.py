@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 from comera_lightning import tensorize
-from comera_lightning.data.code_corpus import MLMCollator
+from comera_lightning.data.code import MLMCollator
 from comera_lightning.models.codebert import MaskedLanguageModel
 
 TARGETS = [

@@ -26,7 +26,7 @@ from lightning.pytorch.loggers import CSVLogger
 from comera_lightning import ComeraCallback
 from comera_lightning.data import SentencePairDataModule
 from comera_lightning.models.transformer import SentencePairClassifier
-from comera_lightning.plot import plot_compression, read_metrics
+from comera_lightning.cli.plot import plot_compression, read_metrics
 from comera_lightning.rank import compression_stats, tt_layers
 
 

@@ -101,8 +101,8 @@ def _timed(command: list[str], extra: dict[str, Any]) -> dict[str, Any]:
 
 def workload_worker(config: str) -> None:
     """``--workload CONFIG``: fit and test as ``make demo`` does, print one JSON line of per-stage figures."""
-    from comera_lightning.demo import run
-    from comera_lightning.plot import read_metrics
+    from comera_lightning.cli.demo import run
+    from comera_lightning.cli.plot import read_metrics
 
     summary = run(["--config", config, "--trainer.enable_progress_bar", "false"])
     series = read_metrics(Path(summary["csv_dir"]) / "metrics.csv")

@@ -126,7 +126,7 @@ def make_optimizer(system: str, model: Any, args: argparse.Namespace) -> Any:
     import torch
 
     from comera_lightning import CAME
-    from comera_lightning.param_groups import comera_param_groups
+    from comera_lightning.optim.param_groups import comera_param_groups
 
     if system == "galore":
         from pytorch_optimizer import GaLore

@@ -1,21 +1,22 @@
-"""comera_lightning: rank-adaptive tensor-train training (CoMERA) for PyTorch Lightning."""
+"""comera_lightning: rank-adaptive tensor-train training (CoMERA) for PyTorch Lightning.
 
-from . import registry
-from ._optional import lazy_exports
-from .callback import ComeraCallback
-from .checkpoint import tensorized_checkpoints
-from .export_program import export
-from .gate_optimizer import GateOptimizer
-from .layers import TensorizedModule, TTEmbedding, TTLinear
-from .optim import CAME
-from .registry import Converter, register_converter
-from .strategy import CUDAGraphStrategy
-from .tensorize import TensorizeReport, tensorize, to_dense
-from .tensorize_config import TensorizeConfig
+The public API is ``__all__`` (the same list as docs/DESIGN.md, "Public API").
+"""
+
+from comera_lightning._optional import lazy_exports
+from comera_lightning.callback import ComeraCallback
+from comera_lightning.checkpoint import tensorized_checkpoints
+from comera_lightning.export import export
+from comera_lightning.layers import TensorizedModule, TTEmbedding, TTLinear
+from comera_lightning.optim import CAME, GateOptimizer
+from comera_lightning.strategy import CUDAGraphStrategy
+from comera_lightning.tensorize import TensorizeReport, tensorize, to_dense
+from comera_lightning.tensorize.config import TensorizeConfig
+from comera_lightning.tensorize.registry import Converter, register_converter
 
 __all__ = [
     "CAME", "CUDAGraphStrategy", "ComeraCallback", "Converter", "GateOptimizer", "TTEmbedding", "TTEmbeddingBagCollection",
-    "TTLinear", "TensorizeConfig", "TensorizeReport", "TensorizedModule", "export", "register_converter", "registry", "tensorize",
+    "TTLinear", "TensorizeConfig", "TensorizeReport", "TensorizedModule", "export", "register_converter", "tensorize",
     "tensorized_checkpoints", "to_dense",
 ]
 __version__ = "0.1.0"

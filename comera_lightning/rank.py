@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from .layers import PruneRecord, TTModule
-from .optim.state import slice_optimizer_state_
+from comera_lightning.layers import PruneRecord, TTModule
+from comera_lightning.optim.state import slice_optimizer_state_
 
 __all__ = [
     "tt_layers",

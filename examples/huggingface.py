@@ -27,7 +27,7 @@ from lightning.pytorch.loggers import CSVLogger
 
 from comera_lightning import ComeraCallback, TensorizeConfig, tensorized_checkpoints
 from comera_lightning.data import SentencePairDataModule
-from comera_lightning.plot import plot_compression
+from comera_lightning.cli.plot import plot_compression
 from comera_lightning.rank import compression_stats
 
 

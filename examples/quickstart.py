@@ -19,7 +19,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from comera_lightning import ComeraCallback
 from comera_lightning.data.wheel_data import locate
-from comera_lightning.plot import plot_compression
+from comera_lightning.cli.plot import plot_compression
 from comera_lightning.rank import compression_stats
 
 NUMERIC = ["age", "educational-num", "capital-gain", "capital-loss", "hours-per-week"]

@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader, get_worker_info
 
-from comera_lightning.data.criteo_tsv import CriteoIterableDataset
+from comera_lightning.data.criteo.tsv import CriteoIterableDataset
 
 
 class WorkerReads(CriteoIterableDataset):

@@ -144,7 +144,7 @@ def emulate_cuda_graphs(monkeypatch, strategy_cls=None):
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: _capturing[0])
     supported = adam._get_capturable_supported_devices
     monkeypatch.setattr(adam, "_get_capturable_supported_devices", lambda *a, **k: [*supported(*a, **k), "cpu"])
-    from comera_lightning.gate_optimizer import GateOptimizer
+    from comera_lightning.optim.gates import GateOptimizer
 
     attach = GateOptimizer.attach
 

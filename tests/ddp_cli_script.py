@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 
 from comera_lightning import ComeraCallback
-from comera_lightning.cli import ComeraCLI
+from comera_lightning.cli.app import ComeraCLI
 from comera_lightning.rank import tt_layers
 
 if __name__ == "__main__":

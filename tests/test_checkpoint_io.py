@@ -10,7 +10,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from plain_modules import PlainClassifier, loaders
 
 from comera_lightning import ComeraCallback
-from comera_lightning.checkpoint_io import AtomicCheckpointIO, partial_files
+from comera_lightning.checkpoint.io import AtomicCheckpointIO, partial_files
 
 
 class Unpicklable:

@@ -12,8 +12,9 @@ import torch
 import yaml
 
 from comera_lightning import ComeraCallback
-from comera_lightning.cli import ComeraCLI, main, resolve_wandb_mode
-from comera_lightning.wandb_run import ComeraWandbLogger
+from comera_lightning.cli import main
+from comera_lightning.cli.app import ComeraCLI, resolve_wandb_mode
+from comera_lightning.cli.wandb_run import ComeraWandbLogger
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY_CONFIGS = sorted((ROOT / "configs").glob("*_tiny.yaml"))
@@ -121,7 +122,7 @@ def test_config_typo_fails_naming_the_key(
 
 def test_module_help_prints_only_usage() -> None:
     env = {**os.environ, "PYTHONWARNINGS": "ignore::DeprecationWarning"}
-    quiet = subprocess.run([sys.executable, "-c", "import comera_lightning.cli, comera_lightning.demo"],
+    quiet = subprocess.run([sys.executable, "-c", "import comera_lightning.cli.app, comera_lightning.cli.demo"],
                            capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
     assert quiet.returncode == 0 and quiet.stdout == "" and quiet.stderr == ""
     result = subprocess.run([sys.executable, "-m", "comera_lightning", "--help"],

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from comera_lightning import TTEmbedding, tensorize
-from comera_lightning.data.code_corpus import CodeCorpusDataModule
+from comera_lightning.data.code import CodeCorpusDataModule
 from comera_lightning.models.codebert import (
     MaskedLanguageModel,
     MaskedTokenPerplexity,

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from comera_lightning.data import criteo_npy
+from comera_lightning.data.criteo import npy as criteo_npy
 from comera_lightning.data.criteo import CriteoDataModule
-from comera_lightning.data.criteo_npy import CriteoNpyDataset, convert_criteo_day, is_converted_day
-from comera_lightning.data.criteo_tsv import CriteoIterableDataset
+from comera_lightning.data.criteo.npy import CriteoNpyDataset, convert_criteo_day, is_converted_day
+from comera_lightning.data.criteo.tsv import CriteoIterableDataset
 
 SIZES = [997] * 26
 

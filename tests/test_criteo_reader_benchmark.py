@@ -23,7 +23,7 @@ def test_every_system_reads_every_row_and_the_result_names_no_path(tmp_path):
 
 
 def test_ids_and_labels_match_torchrec_own_conversion(tmp_path):
-    from comera_lightning.data.criteo_tsv import CriteoIterableDataset
+    from comera_lightning.data.criteo.tsv import CriteoIterableDataset
 
     bench = importlib.import_module("benchmarks.criteo_reader")
     day = tmp_path / "day_0"

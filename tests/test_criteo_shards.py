@@ -12,10 +12,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from comera_lightning.data import criteo_tsv
-from comera_lightning.data.criteo_shards import Block, iter_blocks, shares_of_reader
-from comera_lightning.data.criteo_tsv import CriteoIterableDataset, _parse_lines
-from comera_lightning.data.criteo_vectorised import parse_block
+from comera_lightning.data.criteo import tsv as criteo_tsv
+from comera_lightning.data.criteo.shards import Block, iter_blocks, shares_of_reader
+from comera_lightning.data.criteo.tsv import CriteoIterableDataset, _parse_lines
+from comera_lightning.data.criteo.vectorised import parse_block
 
 HERE = Path(__file__).parent
 WIDE = [2**31] * 26

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from comera_lightning.data.code_corpus import (
+from comera_lightning.data.code import (
     CodeCorpusDataModule,
     MLMCollator,
     list_source_files,
@@ -163,7 +163,7 @@ def test_split_is_by_file_and_deterministic(source_tree: Path) -> None:
 
 
 def test_tiny_corpus_still_has_eval_splits() -> None:
-    from comera_lightning.data.code_corpus import CodeDocument
+    from comera_lightning.data.code import CodeDocument
 
     docs = [CodeDocument(f"f{i}.py", "x = 1\n") for i in range(3)]
     parts = split_documents(docs, 0.01, 0.01)

@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from comera_lightning.data import criteo_tsv
+from comera_lightning.data.criteo import tsv as criteo_tsv
 from comera_lightning.data.click_logs import (
     ClickBatch,
     ClickSample,
@@ -18,14 +18,8 @@ from comera_lightning.data.click_logs import (
     collate_click_samples,
     kjt_from_id_lists,
 )
-from comera_lightning.data.criteo import (
-    CRITEO_CAT_NAMES,
-    CRITEO_KAGGLE_TABLE_SIZES,
-    CriteoDataModule,
-    CriteoIterableDataset,
-    SyntheticCriteoDataModule,
-    parse_criteo_line,
-)
+from comera_lightning.data.criteo import CRITEO_CAT_NAMES, CRITEO_KAGGLE_TABLE_SIZES, CriteoDataModule, CriteoIterableDataset, SyntheticCriteoDataModule
+from comera_lightning.data.criteo.tsv import parse_criteo_line
 
 SMALL_SIZES = [1000] * 26
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from comera_lightning.data.mnli import read_mnli_jsonl, read_mnli_tsv
+from comera_lightning.data.pairs.mnli import read_mnli_jsonl, read_mnli_tsv
 
 HEADER = "index\tsentence1\tsentence2\tgold_label"
 

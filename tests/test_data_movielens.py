@@ -9,11 +9,8 @@ import torch
 
 from comera_lightning.data.click_logs import ClickBatch
 from comera_lightning.data.wheel_data import DataUnavailableError, locate
-from comera_lightning.data.movielens import (
-    DatasetNotFoundError,
-    MovieLensClicksDataModule,
-    locate_movielens_100k,
-)
+from comera_lightning.data.click_logs import DatasetNotFoundError
+from comera_lightning.data.movielens import MovieLensClicksDataModule, locate_movielens_100k
 
 try:
     _RECBOLE_DIR = locate("recbole", "recbole/dataset_example/ml-100k", download=False)

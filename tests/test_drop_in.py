@@ -44,7 +44,7 @@ def test_hugging_face_models_built_in_configure_model_are_tensorized_and_pruned(
     names = {name for name, _ in tt_layers(model)}
     assert names and all(name.startswith("model.") for name in names)
     if kind == "gpt2":
-        from comera_lightning.integrations.hf import TTConv1D
+        from comera_lightning.tensorize.integrations.hf import TTConv1D
 
         for part in ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"):
             assert isinstance(model.get_submodule(f"model.transformer.h.0.{part}"), TTConv1D), part

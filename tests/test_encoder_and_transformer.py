@@ -18,7 +18,7 @@ from comera_lightning.models import (
     SentencePairClassifier,
     TransformerEncoderModel,
 )
-from comera_lightning.param_groups import comera_param_groups, param_group_of
+from comera_lightning.optim.param_groups import comera_param_groups, param_group_of
 
 TINY = dict(vocab_size=50, d_model=32, num_layers=2, num_heads=4, d_ff=64, max_positions=16)
 

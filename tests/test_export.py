@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from comera_lightning import export, tensorize
-from comera_lightning.export_dlrm import feature_names, kjt_to_ids
+from comera_lightning.export.dlrm import feature_names, kjt_to_ids
 from comera_lightning.rank import prune_, tt_layers
 
 # Exported factors are contracted in another order than TTLinear's forward: float32 rounding only.
@@ -162,7 +162,7 @@ def test_each_linear_takes_its_cheapest_form():
     from torch import nn
 
     from comera_lightning import TTLinear
-    from comera_lightning.export_forms import CoresLinear, linear_form
+    from comera_lightning.export.forms import CoresLinear, linear_form
 
     torch.manual_seed(0)
     layer = TTLinear(768, 768, max_rank=10).eval()

@@ -7,9 +7,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from comera_lightning.cli import ComeraCLI, main
-from comera_lightning.export_cli import model_inputs
-from comera_lightning.export_dlrm import feature_names, is_dlrm
+from comera_lightning.cli import main
+from comera_lightning.cli.app import ComeraCLI
+from comera_lightning.cli.export import model_inputs
+from comera_lightning.export.dlrm import feature_names, is_dlrm
 
 from test_cli import FEW_STEPS, ROOT, _isolated, _small  # noqa: F401  (_isolated: autouse fixture)
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from comera_lightning.checkpoint_io import partial_files
+from comera_lightning.checkpoint.io import partial_files
 
 TESTS = Path(__file__).parent
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]), "WANDB_MODE": "disabled"}

@@ -6,7 +6,7 @@ import torch
 from plain_modules import PlainClassifier, loaders
 
 from comera_lightning import ComeraCallback, tensorize
-from comera_lightning.gate_optimizer import GateOptimizer
+from comera_lightning.optim.gates import GateOptimizer
 from comera_lightning.rank import prune_, tt_layers
 
 
@@ -156,7 +156,7 @@ def test_an_optimizer_state_saved_with_the_gates_inside_loads_once_they_are_take
     new = torch.optim.AdamW(model.parameters(), lr=1e-3)
     gate_opt = GateOptimizer()
     gate_opt.attach(gates, [new])
-    from comera_lightning.gate_optimizer import drop_gates_from_saved_states
+    from comera_lightning.optim.gates import drop_gates_from_saved_states
 
     assert drop_gates_from_saved_states([saved], gate_opt.removed) == len(gates)
     new.load_state_dict(saved)

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from comera_lightning.cli import main
-from comera_lightning.cli_parser import closest_keys
-from comera_lightning.config_files import CONFIG_DIR, bundled_configs, resolve_config
-from comera_lightning.wandb_offline import read_offline_run
+from comera_lightning.cli.parser import closest_keys
+from comera_lightning.cli.config_files import CONFIG_DIR, bundled_configs, resolve_config
+from comera_lightning.cli.wandb_offline import read_offline_run
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = [
@@ -108,7 +108,7 @@ def test_wandb_offline_run_holds_the_nested_config_images_and_summary(tmp_path: 
 
 
 def test_demo_summary_names_the_layers_pruned_to_rank_0() -> None:
-    from comera_lightning.demo import format_summary
+    from comera_lightning.cli.demo import format_summary
 
     summary = {"test_acc": 0.84, "tt_params": 11_962, "dense_tt_params": 590_464, "params": 54_461, "dense_params": 632_963,
                "model_compression": 11.6, "tt_compression": 49.4, "wall_s": 60.0, "csv_dir": "logs/x", "wandb_dir": None,

@@ -23,7 +23,7 @@ SHORT = {
                          "--trainer.limit_test_batches", "1", "--trainer.enable_progress_bar", "false"],
     "examples/huggingface.py": ["--epochs", "2", "--train-samples", "2000"],
 }
-SHORT["comera_lightning.demo"] = SHORT["comera-lightning"]
+SHORT["comera_lightning.cli.demo"] = SHORT["comera-lightning"]
 NOT_RUN = {
     "/path/to/MNLI": "needs the MNLI files",
     "--pretrained DIR": "needs a pretrained model folder",
@@ -32,7 +32,7 @@ NOT_RUN = {
     "make ": "make targets are checked by CI itself (make test, make demo)",
     "pip ": "installing from a wheel: tests/test_wheel_install.py",
     "comera-lightning fit --config transformer_tiny --threads 1": "run from the installed wheel in tests/test_wheel_install.py",
-    "python -m comera_lightning.demo\n": "run in full by make demo",
+    "python -m comera_lightning.cli.demo\n": "run in full by make demo",
 }
 
 

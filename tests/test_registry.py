@@ -4,7 +4,8 @@ import pytest
 import torch
 from torch import nn
 
-from comera_lightning import TensorizeConfig, TTLinear, registry, tensorize, to_dense
+from comera_lightning import TensorizeConfig, TTLinear, tensorize, to_dense
+from comera_lightning.tensorize import registry
 from comera_lightning.layers import LayerSummary
 
 
@@ -79,7 +80,7 @@ def test_a_broken_optional_package_does_not_stop_plain_layers_from_tensorizing(m
     import sys
     import types
 
-    monkeypatch.setattr(registry, "_INTEGRATIONS", [registry._Integration("brokenpkg", "comera_lightning.integrations.nothere", frozenset())])
+    monkeypatch.setattr(registry, "_INTEGRATIONS", [registry._Integration("brokenpkg", "comera_lightning.tensorize.integrations.nothere", frozenset())])
     monkeypatch.setattr(registry, "_FAILED", set())
     monkeypatch.setitem(sys.modules, "brokenpkg", types.ModuleType("brokenpkg"))
     model = nn.Sequential(nn.Linear(64, 96), nn.ReLU(), nn.Linear(96, 64), nn.Linear(64, 2))

@@ -24,7 +24,7 @@ from torchmetrics.classification import MulticlassAccuracy
 
 import comera_lightning.strategy as strategy_package
 from comera_lightning import CAME, ComeraCallback, CUDAGraphStrategy
-from comera_lightning.cli import ComeraCLI
+from comera_lightning.cli.app import ComeraCLI
 from comera_lightning.strategy import capture, cuda_graph
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from comera_lightning.config_files import bundled_configs
+from comera_lightning.cli.config_files import bundled_configs
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY_RUN = [
@@ -53,7 +53,7 @@ def test_wheel_in_a_fresh_venv_runs_the_tiny_config_outside_the_checkout(tmp_pat
     _run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w", str(dist), str(source)], tmp_path, env)
     wheel = next(dist.glob("comera_lightning-*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
-    assert {f"comera_lightning/configs/{n}.yaml" for n in bundled_configs()} <= set(names)
+    assert {f"comera_lightning/cli/configs/{n}.yaml" for n in bundled_configs()} <= set(names)
 
     venv = tmp_path / "venv"
     _run([sys.executable, "-m", "venv", str(venv)], tmp_path, env)
@@ -72,7 +72,7 @@ def test_wheel_in_a_fresh_venv_runs_the_tiny_config_outside_the_checkout(tmp_pat
     _run([str(command), "fit", "--config", "transformer_tiny", *TINY_RUN], work, env)
     assert next(work.glob("logs/transformer_tiny/version_0/compression.png"))
     reader = [str(venv / "bin" / "python"), "-c",
-              "import json, sys; from comera_lightning.wandb_offline import read_offline_run; "
+              "import json, sys; from comera_lightning.cli.wandb_offline import read_offline_run; "
               "print(json.dumps(read_offline_run(sys.argv[1])['config']))", str(next(work.glob("logs/wandb/offline-run-*")))]
     config = json.loads(_run(reader, work, env).stdout)
     assert config["comera"]["target_ratio"] == 0.3 and config["comera"]["early_steps"] == 2

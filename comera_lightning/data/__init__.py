@@ -1,4 +1,5 @@
-"""LightningDataModules and tokenizer helpers: sentence pairs, a code corpus and click logs (TorchRec, lazy).
+"""LightningDataModules, one folder per dataset family (``criteo/``, ``movielens/``, ``pairs/``, ``code/``), and the
+pieces they share (``splits``, ``resumable``, ``tokenizer``, ``text_base``, ``click_logs``, ``wheel_data``, ``errors``, ``hparams``).
 
 Split names are ``"train"``, ``"val"`` and ``"test"`` everywhere (``splits.py``).
 """
@@ -10,15 +11,15 @@ from comera_lightning.data.splits import SPLITS
 # The text modules need tokenizers / pyarrow (the cli extra) and the click-log modules TorchRec (the
 # recsys extra): each is imported on first use, so `import comera_lightning` needs only the core.
 _LAZY_EXPORTS = {
-    "CodeCorpusDataModule": "code_corpus",
-    "MLMCollator": "code_corpus",
-    "LengthBucketBatchSampler": "sentence_pairs",
-    "PairCollator": "sentence_pairs",
-    "SentencePairDataModule": "sentence_pairs",
-    "load_clothing_reviews": "sentence_pairs",
-    "load_mnli_dir": "sentence_pairs",
-    "read_mnli_jsonl": "sentence_pairs",
-    "read_mnli_tsv": "sentence_pairs",
+    "CodeCorpusDataModule": "code",
+    "MLMCollator": "code",
+    "LengthBucketBatchSampler": "pairs",
+    "PairCollator": "pairs",
+    "SentencePairDataModule": "pairs",
+    "load_clothing_reviews": "pairs",
+    "load_mnli_dir": "pairs",
+    "read_mnli_jsonl": "pairs",
+    "read_mnli_tsv": "pairs",
     "TokenizedTextDataModule": "text_base",
     "default_cache_dir": "tokenizer",
     "load_or_train_bytelevel_bpe": "tokenizer",

@@ -1,8 +1,8 @@
 """Scale-out with TorchRec: ``TorchRecDMPStrategy`` (registered as ``"torchrec_dmp"``) and the pieces it uses."""
 
-from .dmp_strategy import FUSED_OPTIMIZER_KEY, TorchRecDMPStrategy
-from .shardable_collection import ShardableEmbeddingBagCollection, make_shardable
-from .sharded_state import copy_into_shards, gather_sharded
+from comera_lightning.distributed.dmp_strategy import FUSED_OPTIMIZER_KEY, TorchRecDMPStrategy
+from comera_lightning.distributed.shardable_collection import ShardableEmbeddingBagCollection, make_shardable
+from comera_lightning.distributed.sharded_state import copy_into_shards, gather_sharded
 
 __all__ = [
     "FUSED_OPTIMIZER_KEY", "ShardableEmbeddingBagCollection", "TorchRecDMPStrategy", "copy_into_shards",

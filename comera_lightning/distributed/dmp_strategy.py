@@ -20,9 +20,9 @@ import torch
 from lightning.pytorch.strategies import DDPStrategy, StrategyRegistry
 from torch import nn
 
-from .._optional import require
-from .shardable_collection import make_shardable
-from .sharded_state import copy_into_shards, gather_sharded, is_sharded
+from comera_lightning._optional import require
+from comera_lightning.distributed.shardable_collection import make_shardable
+from comera_lightning.distributed.sharded_state import copy_into_shards, gather_sharded, is_sharded
 
 _FEATURE = "TorchRecDMPStrategy"
 _model_parallel = require("torchrec.distributed.model_parallel", _FEATURE)

@@ -15,7 +15,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from ..layers.tt_embedding_bag import (
+from comera_lightning.layers.tt_embedding_bag import (
     EmbeddingBagCollection,
     EmbeddingBagConfig,
     KeyedJaggedTensor,

@@ -1,11 +1,11 @@
 """Tensor-train layers in pure PyTorch (no Lightning)."""
 
-from .._optional import lazy_exports
-from .base import PruneRecord, TTModule
-from .contract import LayerSummary, TensorizedModule
-from .tt_embedding import TTEmbedding
-from .tt_attention import TTMultiheadAttention
-from .tt_linear import TTLinear
+from comera_lightning._optional import lazy_exports
+from comera_lightning.layers.base import PruneRecord, TTModule
+from comera_lightning.layers.interface import LayerSummary, TensorizedModule
+from comera_lightning.layers.tt_embedding import TTEmbedding
+from comera_lightning.layers.tt_attention import TTMultiheadAttention
+from comera_lightning.layers.tt_linear import TTLinear
 
 __all__ = ["LayerSummary", "PruneRecord", "TTEmbedding", "TTEmbeddingBagCollection", "TTLinear", "TTModule", "TTMultiheadAttention", "TensorizedModule"]
 

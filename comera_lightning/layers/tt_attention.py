@@ -21,8 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .contract import LayerSummary, TensorizedModule
-from .tt_linear import TTLinear
+from comera_lightning.layers.interface import LayerSummary, TensorizedModule
+from comera_lightning.layers.tt_linear import TTLinear
 
 __all__ = ["TTMultiheadAttention"]
 

@@ -8,10 +8,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .base import TTModule
-from .contract import LayerSummary, format_modes
-from .contraction import chain_cost, contract_chain, tt_svd
-from .shapes import balance_halves, bond_rank_caps, factorize, prod
+from comera_lightning.layers.base import TTModule
+from comera_lightning.layers.interface import LayerSummary, format_modes
+from comera_lightning.layers.contraction import chain_cost, contract_chain, tt_svd
+from comera_lightning.layers.shapes import balance_halves, bond_rank_caps, factorize, prod
 
 __all__ = ["TTEmbedding"]
 

@@ -22,9 +22,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .._optional import loaded, require
-from .contract import LayerSummary, TensorizedModule
-from .tt_embedding import TTEmbedding, _ids_are_checkable
+from comera_lightning._optional import loaded, require
+from comera_lightning.layers.interface import LayerSummary, TensorizedModule
+from comera_lightning.layers.tt_embedding import TTEmbedding, _ids_are_checkable
 
 _FEATURE = "TTEmbeddingBagCollection"
 _configs = require("torchrec.modules.embedding_configs", _FEATURE)

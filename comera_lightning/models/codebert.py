@@ -122,7 +122,7 @@ class MaskedLanguageModel(LightningModule):
 
     The batch is a dict with ``input_ids`` and ``attention_mask`` (``(batch, seq)``) and ``labels``
     (the original token at positions to predict, ``-100`` elsewhere), as made by
-    :class:`~comera_lightning.data.code_corpus.CodeCorpusDataModule`. The loss is the cross-entropy
+    :class:`~comera_lightning.data.code.datamodule.CodeCorpusDataModule`. The loss is the cross-entropy
     averaged over the predicted tokens. Logged: ``{train,val,test}/loss``, ``/acc`` (masked-token
     accuracy) and ``/ppl`` (``exp`` of the mean token loss); training values per step, validation
     and test values exact over the epoch.

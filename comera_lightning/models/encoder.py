@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .dropout import Dropout, dropout
+from comera_lightning.models.dropout import Dropout, dropout
 
 __all__ = [
     "EncoderConfig",

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from lightning.pytorch import LightningModule
 
-from comera_lightning.param_groups import comera_param_groups
+from comera_lightning.optim.param_groups import comera_param_groups
 
 __all__ = ["ParamGroupSettings", "deprecated_lr_gates", "paper_adamw", "check_scheduler_interval", "configure_comera_optimizers"]
 

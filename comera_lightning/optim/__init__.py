@@ -1,6 +1,8 @@
-"""Optimizers for tensorized training: CAME, and slicing optimizer state when parameters shrink."""
+"""Optimizers for tensorized training: CAME, the rank gates' own Adam, the paper's param groups, slicing optimizer state."""
 
 from comera_lightning.optim.came import CAME
+from comera_lightning.optim.gates import DEFAULT_GATE_LR, GateOptimizer
+from comera_lightning.optim.param_groups import comera_param_groups, param_group_of
 from comera_lightning.optim.state import slice_optimizer_state_
 
-__all__ = ["CAME", "slice_optimizer_state_"]
+__all__ = ["CAME", "DEFAULT_GATE_LR", "GateOptimizer", "comera_param_groups", "param_group_of", "slice_optimizer_state_"]

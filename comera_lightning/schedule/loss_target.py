@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from .._checks import check_number
+from comera_lightning._checks import check_number
 
 __all__ = ["AUTO_LOSS_METRICS", "TRAIN_LOSS_TARGET", "LossTarget"]
 

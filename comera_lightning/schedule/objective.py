@@ -17,9 +17,9 @@ from typing import Any
 
 import torch
 
-from .._checks import check_number
-from ..layers import TTModule
-from ..rank import SURROGATES, active_size, size_surrogate, surrogate_normalizer
+from comera_lightning._checks import check_number
+from comera_lightning.layers import TTModule
+from comera_lightning.rank import SURROGATES, active_size, size_surrogate, surrogate_normalizer
 
 __all__ = ["ComeraObjective"]
 

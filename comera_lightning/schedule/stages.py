@@ -12,7 +12,7 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-from .._checks import check_count, check_exclusive
+from comera_lightning._checks import check_count, check_exclusive
 
 __all__ = ["STAGES", "StageSchedule"]
 

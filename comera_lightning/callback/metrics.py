@@ -1,0 +1,78 @@
+"""What the callback logs: compression curves every logged step, a per-layer rank table per epoch (W&B)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import lightning.pytorch as pl
+from lightning.pytorch.utilities import rank_zero_warn
+import torch
+from torch import nn
+
+from comera_lightning.rank import active_size, compression_stats, tt_layers
+from comera_lightning.schedule import STAGES
+
+__all__ = ["compression_metrics", "log_rank_table", "warn_rank0"]
+
+
+def compression_metrics(module: nn.Module, stage: str, terms: Mapping[str, torch.Tensor], bond_ranks: bool | str) -> dict[str, Any]:
+    """``comera/*`` metrics: compression and parameter counts, the stage, the objective's ``terms``, ranks.
+
+    ``bond_ranks``: False logs no ranks; True or ``"layer"`` one ``comera/rank/<layer>`` series per TT
+    layer (its bonds' mean active rank: a few dozen series for the paper model instead of ~180);
+    ``"bond"`` one ``comera/rank/<layer>/<k>`` series per bond.
+    """
+    stats = compression_stats(module)
+    layers = tt_layers(module)
+    size = terms.get("active_size")
+    size = active_size([m for _, m in layers]) if size is None else size
+    metrics: dict[str, Any] = {
+        "comera/compression_model": stats.model_compression,
+        "comera/compression_tt": stats.tt_compression,
+        "comera/params_model": float(stats.model_parameters),
+        "comera/params_tt": float(stats.tt_parameters),
+        "comera/stage": float(STAGES.index(stage)),
+        "comera/params_tt_active": size,
+        "comera/compression_tt_active": stats.dense_tt_parameters / size.clamp_min(1),
+    }
+    metrics["comera/layers_rank0"] = float(sum(0 in layer.physical_ranks for _, layer in layers))
+    for key in ("size_surrogate", "lam", "task_loss"):
+        if key in terms:
+            metrics[f"comera/{key}"] = terms[key]
+    if bond_ranks not in (False, True, "layer", "bond"):
+        raise ValueError(f"log_bond_ranks must be true, false, 'layer' or 'bond', got {bond_ranks!r}.")
+    for name, layer in layers if bond_ranks else ():
+        ranks = [mask.sum().float() for mask in layer.gate_masks()]
+        if bond_ranks == "bond":
+            metrics.update({f"comera/rank/{name}/{k}": rank for k, rank in enumerate(ranks)})
+        elif ranks:
+            metrics[f"comera/rank/{name}"] = torch.stack(ranks).mean()
+    return metrics
+
+
+def log_rank_table(trainer: pl.Trainer) -> None:
+    """A ``comera/ranks`` table (layer, ranks, parameters, compression) for every W&B logger of ``trainer``."""
+    from lightning.pytorch.loggers import WandbLogger
+
+    loggers = [lg for lg in trainer.loggers if isinstance(lg, WandbLogger)]
+    if not loggers or trainer.lightning_module is None:
+        return
+    rows = [
+        [name, str(list(layer.ranks)), layer.num_parameters(), layer.dense_parameters(), round(layer.compression_ratio(), 2)]
+        for name, layer in tt_layers(trainer.lightning_module)
+    ]
+    for lg in loggers:
+        lg.log_table(key="comera/ranks", columns=["layer", "ranks", "params", "dense_params", "compression"], data=rows)
+
+
+def warn_rank0(ranks: dict[str, tuple[int, ...]], reported: set[str]) -> set[str]:
+    """Warn once per layer whose bond reached rank 0 (it then adds only its bias), and when all did; returns all reported."""
+    dead = {name for name, bonds in ranks.items() if 0 in bonds}
+    if dead - reported:
+        everything = " Every tensorized layer is pruned to zero: the model ignores their inputs." if dead == set(ranks) else ""
+        rank_zero_warn(
+            f"ComeraCallback: {sorted(dead - reported)} pruned to rank 0 on a bond: each now outputs its bias only."
+            f"{everything} If that is too much, raise target_ratio or lower gate_lr / rank_weight."
+        )
+    return reported | dead

@@ -1,1 +1,0 @@
-"""Converters for optional libraries; each module registers itself with ``comera_lightning.registry``."""

@@ -1,0 +1,165 @@
+"""GateOptimizer: the rank gates get their own Adam, whatever optimises the rest of the model.
+
+Why: under the module's optimizer a gate moves at most about that optimizer's ``lr`` per step
+(Adam-like) or by its tiny gradient (SGD), under its schedule and weight decay, so with a
+typical ``AdamW(self.parameters(), lr=1e-3)`` and a cosine decay no gate ever reaches the pruning
+threshold (docs/DESIGN.md, step 1 of the data flow). ``attach`` takes the gates out of the module's
+optimizers (their param groups stay, so LR schedulers keep working) and steps a plain Adam at
+``lr`` without weight decay right after the optimizer that held them steps, so gradient
+accumulation follows it. Limits: all gates follow the first optimizer that held any (with several
+optimizers, under manual optimization); the module's gradient clipping does not cover them (Adam
+normalises the step anyway); a step whose gate gradients are not finite is skipped. Plain torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from comera_lightning._checks import check_number
+
+__all__ = ["DEFAULT_GATE_LR", "GateOptimizer", "drop_gates_from_saved_states"]
+
+#: Measured on unmodified modules (README, "Rank gates"): prunes within a few hundred steps.
+DEFAULT_GATE_LR = 2e-2
+
+
+class GateOptimizer:
+    """Adam at ``lr`` (no weight decay) on the rank gates, stepped after the optimizer that held them."""
+
+    def __init__(self, lr: float = DEFAULT_GATE_LR, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8) -> None:
+        check_number("gate_lr", lr, 0.0, low_open=True)
+        self.lr, self.betas, self.eps = float(lr), tuple(betas), float(eps)
+        self.optimizer: torch.optim.Adam | None = None
+        self.scaler: Any = None  # the GradScaler whose scale is on the gate gradients (attributes only: ddp_spawn pickles this)
+        self._hook: Any = None
+        self._pending: dict[str, Any] | None = None
+        self.removed: list[list[tuple[list[int], int]]] = []  # per optimizer, per group: where the gates were
+
+    def attach(self, gates: Sequence[nn.Parameter], optimizers: Sequence[torch.optim.Optimizer]) -> None:
+        """Take ``gates`` out of ``optimizers`` and start stepping them after the first optimizer that held any."""
+        self.detach()
+        gates = [g for g in gates if g.requires_grad]
+        if not gates:
+            return
+        self.removed = [_remove_parameters(opt, gates) for opt in optimizers]
+        held = [opt for opt, groups in zip(optimizers, self.removed) if any(positions for positions, _ in groups)]
+        host = held[0] if held else (optimizers[0] if optimizers else None)
+        if host is None:
+            raise ValueError("ComeraCallback found no optimizer to follow: configure_optimizers must return one.")
+        capturable = gates[0].is_cuda  # a CUDA-graph capture may include this step
+        self.optimizer = torch.optim.Adam(gates, lr=self.lr, betas=self.betas, eps=self.eps, capturable=capturable)
+        if self._pending is not None and _state_fits(self._pending, gates):  # else: another model's gates
+            self._load(self._pending)
+        self._pending = None
+        self._hook = host.register_step_post_hook(self._after_host_step)
+
+    def _load(self, state: dict[str, Any]) -> None:
+        """Load Adam's moments; the settings (lr, betas, eps, capturable) stay the current ones, not the saved ones."""
+        self.optimizer.load_state_dict(state)
+        for group in self.optimizer.param_groups:
+            group.update(lr=self.lr, betas=self.betas, eps=self.eps, capturable=self.optimizer.defaults["capturable"])
+
+    def follow_scaler(self, scaler: Any) -> None:
+        """Undo this ``torch.amp.GradScaler``'s scale on the gate gradients (None or disabled: nothing to undo)."""
+        self.scaler = scaler if scaler is not None and scaler.is_enabled() else None
+
+    def grad_scale(self) -> float | None:
+        """The scale on the gate gradients (None: unscaled)."""
+        return self.scaler.get_scale() if self.scaler is not None else None
+
+    def _after_host_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        self.step()
+
+    def detach(self) -> None:
+        """Stop following the host optimizer; the gates' Adam state is kept for ``state_dict`` and the next ``attach``."""
+        if self._hook is not None:
+            self._hook.remove()
+            self._hook = None
+        if self.optimizer is not None:
+            self._pending, self.optimizer = self.optimizer.state_dict(), None
+
+    def step(self) -> None:
+        """One Adam step on the gates, then clear their gradients.
+
+        Under a gradient scaler the gradients are unscaled first, and a step with an inf/NaN
+        gradient is skipped (a fused optimizer's step runs even on an overflow step).
+        """
+        scale = self.grad_scale()
+        if scale is not None:
+            grads = [g.grad for g in self.parameters() if g.grad is not None]
+            torch._foreach_div_(grads, scale)
+            if not all(bool(torch.isfinite(g).all()) for g in grads):
+                self.zero_grad()
+                return
+        self.optimizer.step()
+        self.zero_grad()
+
+    def zero_grad(self) -> None:
+        """Clear the gates' gradients (in place on CUDA, where a captured graph keeps their memory)."""
+        if self.optimizer is not None:
+            self.optimizer.zero_grad(set_to_none=not self.optimizer.defaults["capturable"])
+
+    def parameters(self) -> list[nn.Parameter]:
+        """The gates now (pruning swaps them for sliced ones)."""
+        return [p for group in self.optimizer.param_groups for p in group["params"]] if self.optimizer else []
+
+    def optimizers(self) -> list[torch.optim.Optimizer]:
+        """The optimizer to slice along when ranks are pruned (empty before ``attach``)."""
+        return [self.optimizer] if self.optimizer is not None else []
+
+    def state_dict(self) -> dict[str, Any] | None:
+        """Adam's state of the gates (None before the first ``attach``)."""
+        return self.optimizer.state_dict() if self.optimizer is not None else self._pending
+
+    def load_state_dict(self, state: dict[str, Any] | None) -> None:
+        """Restore ``state_dict()`` output, now or at the next ``attach``."""
+        if state is not None and self.optimizer is not None:
+            self._load(state)
+        else:
+            self._pending = state
+
+
+def _remove_parameters(optimizer: torch.optim.Optimizer, params: Sequence[nn.Parameter]) -> list[tuple[list[int], int]]:
+    """Drop ``params`` from ``optimizer``'s param groups and state; per group, their positions and the group's size before."""
+    ids = {id(p) for p in params}
+    positions = []
+    for group in optimizer.param_groups:
+        positions.append(([i for i, p in enumerate(group["params"]) if id(p) in ids], len(group["params"])))
+        group["params"] = [p for p in group["params"] if id(p) not in ids]
+    for p in params:
+        optimizer.state.pop(p, None)
+    return positions
+
+
+def drop_gates_from_saved_states(saved_states: list[dict[str, Any]], removed: list[list[tuple[list[int], int]]]) -> int:
+    """Take the gates out of optimizer states saved while the module's optimizers still held them (before 0.2).
+
+    ``removed`` is ``GateOptimizer.removed``: per optimizer, per group, the positions the gates had and the
+    group's size then. A saved group of that size loses those entries (and their state); others are left.
+    """
+    dropped = 0
+    for saved, groups in zip(saved_states, removed):
+        for saved_group, (positions, size) in zip(saved.get("param_groups", []), groups):
+            ids = saved_group["params"]
+            if not positions or len(ids) != size:
+                continue
+            gone = {ids[i] for i in positions}
+            saved_group["params"] = [i for i in ids if i not in gone]
+            for index in gone:
+                saved.get("state", {}).pop(index, None)
+            dropped += len(gone)
+    return dropped
+
+
+def _state_fits(state: dict[str, Any], gates: Sequence[nn.Parameter]) -> bool:
+    """Whether a saved Adam state belongs to gates of these shapes."""
+    saved = state.get("state", {})
+    for index, gate in enumerate(gates):
+        moment = saved.get(index, {}).get("exp_avg")
+        if moment is not None and moment.shape != gate.shape:
+            return False
+    return len(state.get("param_groups", [{}])[0].get("params", [])) == len(gates)

@@ -1,0 +1,122 @@
+"""TensorizeConfig: the one home of ``tensorize``'s options, their defaults and their validation.
+
+``tensorize(model, config)``, ``ComeraCallback(tensorize=config)`` (the CLI's ``comera.tensorize``
+section) and the checkpoint (``checkpoint["comera"]["tensorize"]``) all use it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Union
+
+from comera_lightning._checks import check_number
+from comera_lightning.tensorize.registry import known_options
+
+__all__ = ["INIT_CHOICES", "ModuleRules", "TensorizeConfig"]
+
+ModuleRules = Union[str, list[str], None]
+INIT_CHOICES = ("random", "paper", "svd")
+
+
+@dataclass(frozen=True)
+class TensorizeConfig:
+    """Which layers become tensor trains, and how.
+
+    Args:
+        target_modules: module names to tensorize (a list: a name or a dotted suffix of one, e.g.
+            ``"query"``) or a regular expression matching whole names; ``None``: every supported
+            layer except output heads, tied, frozen and too-small ones.
+        exclude_modules: the same kind of rule, for modules to leave dense.
+        max_rank: the largest bond rank of linear layers (an int, or one per bond).
+        embedding_max_rank: the same for embeddings (default: ``max_rank``).
+        num_cores: cores per side of a linear layer (or ``[input cores, output cores]``).
+        embedding_num_cores: cores of an embedding table.
+        init: ``"random"`` (variance of the layer replaced), ``"paper"`` (docs/METHOD.md §1.1) or
+            ``"svd"`` (TT-SVD of the current weights, for pretrained models).
+        layer_config: per-layer overrides, ``{rule: {option: value}}``; a rule is a name, a dotted
+            suffix, or ``"re:<regex>"``.
+        min_compression: layers that would compress less than this stay dense.
+        gate_threshold: a rank gate at or below this is dead and pruned, in ``[0, 1)``.
+    """
+
+    target_modules: ModuleRules = None
+    exclude_modules: ModuleRules = None
+    max_rank: Union[int, list[int]] = 30
+    embedding_max_rank: Union[int, list[int], None] = None
+    num_cores: Union[int, list[int]] = 3
+    embedding_num_cores: int = 4
+    init: str = "random"
+    layer_config: Union[dict[str, dict[str, Any]], None] = None
+    min_compression: float = 2.0
+    gate_threshold: float = 1e-2
+
+    def __post_init__(self) -> None:
+        for name in ("target_modules", "exclude_modules"):
+            _check_rules(name, getattr(self, name))
+        _check_ranks("max_rank", self.max_rank)
+        if self.embedding_max_rank is not None:
+            _check_ranks("embedding_max_rank", self.embedding_max_rank)
+        _check_ranks("num_cores", self.num_cores)
+        _check_ranks("embedding_num_cores", self.embedding_num_cores)
+        if self.init not in INIT_CHOICES:
+            raise ValueError(f"init={self.init!r} is not supported; choose one of {INIT_CHOICES}.")
+        check_number("min_compression", self.min_compression, 0.0)
+        check_number("gate_threshold", self.gate_threshold, 0.0, 1.0, high_open=True)
+        _check_layer_config(self.layer_config or {})
+
+    def replace(self, **changes: Any) -> TensorizeConfig:
+        """A copy with ``changes`` applied (validated); unknown option names are refused."""
+        unknown = set(changes) - {f.name for f in dataclasses.fields(self)}
+        if unknown:
+            raise TypeError(f"unknown tensorize option(s) {sorted(unknown)}; valid: {self.option_names()}.")
+        return dataclasses.replace(self, **changes) if changes else self
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain values (what a checkpoint records)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> TensorizeConfig:
+        """Rebuild from ``to_dict()`` output (e.g. a checkpoint's record)."""
+        return cls().replace(**dict(values))
+
+    @classmethod
+    def option_names(cls) -> list[str]:
+        """The option names, in declaration order."""
+        return [f.name for f in dataclasses.fields(cls)]
+
+
+def _check_ranks(name: str, value: Any) -> None:
+    values = value if isinstance(value, (list, tuple)) else [value]
+    if not values or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in values):
+        raise ValueError(f"{name} must be an integer >= 1 (or a list of them), got {value!r}.")
+
+
+def _check_rules(name: str, rules: Any) -> None:
+    if rules is None:
+        return
+    if isinstance(rules, str):
+        try:
+            re.compile(rules)
+        except re.error as err:
+            raise ValueError(f"{name}={rules!r} is not a valid regular expression: {err}.") from err
+        return
+    if not isinstance(rules, Iterable) or not all(isinstance(e, str) and e for e in rules):
+        raise TypeError(f"{name} must be a regex string or a list of module names, got {rules!r}.")
+
+
+def _check_layer_config(layer_config: Mapping[str, Any]) -> None:
+    if not isinstance(layer_config, Mapping):
+        raise TypeError(f"layer_config must map a module rule to overrides, got {layer_config!r}.")
+    allowed = known_options()
+    for key, overrides in layer_config.items():
+        if not isinstance(overrides, Mapping):
+            raise TypeError(f"layer_config[{key!r}] must be a mapping of overrides, got {overrides!r}.")
+        unknown = set(overrides) - allowed
+        if unknown:
+            raise ValueError(f"layer_config[{key!r}] has unknown keys {sorted(unknown)}; allowed: {sorted(allowed)}.")
+        if "init" in overrides and overrides["init"] not in INIT_CHOICES:
+            raise ValueError(f"layer_config[{key!r}]['init']={overrides['init']!r}; choose one of {INIT_CHOICES}.")
