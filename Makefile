@@ -32,9 +32,9 @@ test-slow: setup
 test-gpu: setup
 	$(PY) -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 'make test-gpu: torch sees no CUDA device')"
 	WANDB_MODE=$${WANDB_MODE:-disabled} $(PY) -m pytest -q -m gpu
-	$(PY) benchmarks/strategy_speed.py --out benchmarks/results/strategy_speed_cuda.json
-	$(PY) benchmarks/layer_speed.py --device cuda --out benchmarks/results/layer_speed_cuda.json
-	$(PY) benchmarks/transformer_speed.py --quick --device cuda --out benchmarks/results/transformer_speed_cuda_quick.json
+	$(PY) -m benchmarks.training.strategy_speed --out benchmarks/results/strategy_speed_cuda.json
+	$(PY) -m benchmarks.training.layer_speed --device cuda --out benchmarks/results/layer_speed_cuda.json
+	$(PY) -m benchmarks.training.transformer_speed --quick --device cuda --out benchmarks/results/transformer_speed_cuda_quick.json
 
 # Build the wheel, install it with the cli extra in a fresh venv, run the tiny config outside the checkout (~2-4 min).
 test-wheel: setup
@@ -48,7 +48,7 @@ demo: setup
 	WANDB_MODE=$${WANDB_MODE:-offline} $(PY) -m comera_lightning.cli.demo
 
 bench: setup
-	$(PY) benchmarks/layer_speed.py
+	$(PY) -m benchmarks.training.layer_speed
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -1,7 +1,8 @@
-"""Process-memory and machine probes shared by the benchmark scripts (Linux; no torch import here).
+"""Process-memory and machine probes shared by the benchmarks (Linux; no torch import here).
 
-The scripts run as files (``python benchmarks/x.py``), are loaded by path in tests, and run as
-modules under ``python -m benchmarks.run``; they find this module beside themselves.
+Every benchmark runs as a module from the checkout (``python -m benchmarks.training.layer_speed``)
+and imports this one as ``benchmarks.probes``; a worker process is started the same way
+(``module_command``). ``machine_basics()`` is the one description of the machine every result carries.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import time
 from pathlib import Path
 
 GB = 1e9
+ROOT = Path(__file__).resolve().parent.parent  # the checkout
+RESULTS = ROOT / "benchmarks" / "results"
 RESULT_TAG = "RESULT "  # marks the one stdout line of a worker process that carries its JSON result
 
 
@@ -105,7 +108,8 @@ def spawn_measured(command: list[str], label: str, identity: dict) -> dict:
     """Run a worker process: its result with ``status`` "measured" and ``wall_s``, or ``identity`` with how it failed."""
     print(f"  process: {label} ...", file=sys.stderr, flush=True)
     start = time.perf_counter()
-    proc = subprocess.run(command, capture_output=True, text=True)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.run(command, capture_output=True, text=True, env=env)
     wall = round(time.perf_counter() - start, 1)
     for line in proc.stdout.splitlines():
         if line.startswith(RESULT_TAG):
@@ -117,11 +121,17 @@ def spawn_measured(command: list[str], label: str, identity: dict) -> dict:
     return {**identity, "status": status, "returncode": proc.returncode, "stderr_tail": tail}
 
 
-def command_line(argv: list[str] | None = None) -> str:
-    """The command that ran, for a results JSON: ``python`` and paths relative to the checkout (no absolute paths)."""
-    import os
-    import sys
+def module_command(module: str) -> list[str]:
+    """``python -m <module>``: how a benchmark starts its worker processes (``spawn_measured`` puts the checkout on the path)."""
+    return [sys.executable, "-m", module]
 
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    parts = ["python", *(sys.argv if argv is None else argv)]
+
+def command_line(argv: list[str] | None = None) -> str:
+    """The command that ran, for a results JSON: ``python -m <module>`` or paths relative to the checkout (no absolute paths)."""
+    root = str(ROOT)
+    parts = list(sys.argv if argv is None else argv)
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    if argv is None and parts and spec is not None and spec.name:
+        parts = ["-m", spec.name.removesuffix(".__main__"), *parts[1:]]
+    parts = ["python", *parts]
     return " ".join(os.path.relpath(p, root) if os.path.isabs(p) and p.startswith(root) else p for p in parts)

@@ -3,15 +3,15 @@
 Runs each comparison in its own subprocess (so every configuration's peak memory is its own),
 in turn, on the same machine in the same run, and writes ``benchmarks/results/summary.json``
 (machine, command, wall time of every part) beside each part's own JSON, and a PNG per part
-(``plots.py`` draws those the scripts do not):
+(``plots.py`` draws those the benchmarks do not):
 
 * ``transformer`` — the paper's 6-encoder Transformer, dense vs CoMERA early vs CoMERA pruned, and
-  GaLore at batch 1 (``benchmarks/transformer_speed.py``);
+  GaLore at batch 1 (``training/transformer_speed.py``);
 * ``optimizers`` — CAME vs AdamW vs Adafactor state bytes, step time and whole-training peak
-  memory, one process per (model, optimizer) (``optimizer_memory.py``);
-* ``dlrm`` — dense vs TT embeddings at Criteo Kaggle scale (``dlrm_memory.py``);
+  memory, one process per (model, optimizer) (``training/optimizer_memory.py``);
+* ``dlrm`` — dense vs TT embeddings at Criteo Kaggle scale (``training/dlrm_memory.py``);
 * ``inference`` — after training: latency, peak memory and file size of the paper's Transformer and
-  the Criteo-Kaggle DLRM, dense vs tensorized vs pruned vs exported (``inference.py``);
+  the Criteo-Kaggle DLRM, dense vs tensorized vs pruned vs exported (``inference/latency.py``);
 * ``compression`` — compression per stage with the accuracy/loss reached, for the three
   workloads, through the same code path as ``make demo``.
 
@@ -31,19 +31,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .plots import draw_all
-from .probes import machine_basics
+from benchmarks.plots import draw_all
+from benchmarks.probes import RESULTS, ROOT, machine_basics, module_command
 
-ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "benchmarks" / "results"
-
-#: Arguments of each script for --quick and --full (the script's defaults are the full run).
-SCRIPTS: dict[str, tuple[str, list[str], list[str]]] = {
-    "transformer": ("transformer_speed.py", ["--quick"], []),
-    "optimizers": ("optimizer_memory.py", ["--timed-steps", "3", "--steps", "100", "--seeds", "1",
-                                           "--peak-batch", "2", "--peak-steps", "1"], []),
-    "dlrm": ("dlrm_memory.py", ["--dims", "16", "--steps", "2", "--warmup", "1"], []),
-    "inference": ("inference.py", ["--quick"], []),
+#: Each part's module, the stem of its JSON in benchmarks/results/, and its arguments for --quick and --full
+#: (the module's defaults are the full run).
+SCRIPTS: dict[str, tuple[str, str, list[str], list[str]]] = {
+    "transformer": ("benchmarks.training.transformer_speed", "transformer_speed", ["--quick"], []),
+    "optimizers": ("benchmarks.training.optimizer_memory", "optimizer_memory", ["--timed-steps", "3", "--steps", "100", "--seeds", "1",
+                                                                           "--peak-batch", "2", "--peak-steps", "1"], []),
+    "dlrm": ("benchmarks.training.dlrm_memory", "dlrm_memory", ["--dims", "16", "--steps", "2", "--warmup", "1"], []),
+    "inference": ("benchmarks.inference.latency.latency", "inference", ["--quick"], []),
 }
 #: The workload configs of the compression comparison (the same through ``make demo``).
 WORKLOADS = {
@@ -65,10 +63,10 @@ def machine() -> dict[str, Any]:
 
 
 def run_script(name: str, quick: bool) -> dict[str, Any]:
-    """Run one benchmark script in a subprocess; its JSON path, exit status and wall time."""
-    script, quick_args, full_args = SCRIPTS[name]
-    out = RESULTS / f"{Path(script).stem}{'_quick' if quick else ''}.json"
-    command = [sys.executable, str(ROOT / "benchmarks" / script), *(quick_args if quick else full_args), "--out", str(out)]
+    """Run one benchmark in a subprocess; its JSON path, exit status and wall time."""
+    module, stem, quick_args, full_args = SCRIPTS[name]
+    out = RESULTS / f"{stem}{'_quick' if quick else ''}.json"
+    command = [*module_command(module), *(quick_args if quick else full_args), "--out", str(out)]
     return _timed(command, {"json": str(out.relative_to(ROOT))})
 
 

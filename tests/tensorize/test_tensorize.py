@@ -1,0 +1,136 @@
+import pytest
+import torch
+from torch import nn
+
+from comera_lightning import TTEmbedding, TTLinear, tensorize, to_dense
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.query = nn.Linear(64, 64)
+        self.ffn = nn.Linear(64, 256)
+
+
+class Tiny(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(1000, 64, padding_idx=0)
+        self.blocks = nn.ModuleList([Block(), Block()])
+        self.small = nn.Linear(4, 4)
+        self.classifier = nn.Linear(64, 3)
+
+    def forward(self, ids):
+        h = self.embed(ids)
+        for b in self.blocks:
+            h = h + b.ffn(b.query(h))[..., :64]
+        return self.classifier(h.mean(1))
+
+
+def test_default_rules_swap_big_layers_and_leave_head_and_small_ones():
+    model = Tiny()
+    report = tensorize(model, max_rank=8)
+    assert isinstance(model.embed, TTEmbedding) and model.embed.padding_idx == 0
+    assert isinstance(model.blocks[0].query, TTLinear) and isinstance(model.blocks[1].ffn, TTLinear)
+    assert isinstance(model.classifier, nn.Linear) and isinstance(model.small, nn.Linear)
+    skipped = dict(report.skipped)
+    assert "output head" in skipped["classifier"]
+    assert "too small to gain" in skipped["small"]
+    assert report.layer_compression > 2 and report.model_compression > 2
+    assert "blocks.0.query" in str(report)
+    model(torch.randint(0, 1000, (2, 5))).sum().backward()
+
+
+def test_name_list_matches_suffixes_and_regex_matches_whole_names():
+    model = Tiny()
+    report = tensorize(model, target_modules=["query"], max_rank=4)
+    assert [r.name for r in report.swapped] == ["blocks.0.query", "blocks.1.query"]
+    assert isinstance(model.blocks[0].ffn, nn.Linear)
+    model = Tiny()
+    report = tensorize(model, target_modules=r"blocks\.1\..*", max_rank=4)
+    assert [r.name for r in report.swapped] == ["blocks.1.query", "blocks.1.ffn"]
+
+
+def test_head_is_swapped_when_named_and_exclusions_win():
+    model = Tiny()
+    tensorize(model, target_modules=["classifier", "ffn"], exclude_modules=["blocks.0.ffn"], max_rank=4, min_compression=0)
+    assert isinstance(model.classifier, TTLinear)
+    assert isinstance(model.blocks[0].ffn, nn.Linear) and isinstance(model.blocks[1].ffn, TTLinear)
+
+
+def test_per_layer_overrides():
+    model = Tiny()
+    report = tensorize(model, max_rank=8, layer_config={"ffn": {"max_rank": 2}, "re:blocks\\.0\\.query": {"num_cores": 2}})
+    assert max(model.blocks[0].ffn.physical_ranks) == 2
+    assert len(model.blocks[0].query.cores) == 4 and len(model.blocks[1].query.cores) == 6
+    assert report.swapped
+
+
+def test_idempotent_and_to_dense_roundtrip_preserves_function():
+    model = Tiny().double()
+    tensorize(model, max_rank=8)
+    second = tensorize(model, max_rank=8)
+    assert not second.swapped and second.already_tensorized
+    ids = torch.randint(0, 1000, (3, 7))
+    expected = model(ids)
+    names = to_dense(model)
+    assert "embed" in names and isinstance(model.blocks[0].query, nn.Linear)
+    torch.testing.assert_close(model(ids), expected, atol=1e-10, rtol=0)
+
+
+def test_svd_init_at_full_rank_keeps_a_pretrained_model_exact():
+    model = Tiny().double()
+    ids = torch.randint(0, 1000, (3, 7))
+    expected = model(ids)
+    tensorize(model, max_rank=10_000, init="svd", min_compression=0)
+    torch.testing.assert_close(model(ids), expected, atol=1e-9, rtol=0)
+
+
+def test_random_init_matches_the_scale_of_the_replaced_layer():
+    model = Tiny()
+    std = model.blocks[0].ffn.weight.std().item()
+    tensorize(model, target_modules=["blocks.0.ffn"], max_rank=8)
+    assert 0.6 * std < model.blocks[0].ffn.to_linear().weight.std().item() < 1.4 * std
+
+
+def test_shared_module_is_swapped_under_every_name():
+    model = Tiny()
+    model.blocks[1].query = model.blocks[0].query
+    tensorize(model, target_modules=["query"], max_rank=4)
+    assert model.blocks[1].query is model.blocks[0].query and isinstance(model.blocks[0].query, TTLinear)
+
+
+def test_tied_weights_are_left_alone_with_a_reason():
+    model = Tiny()
+    model.blocks[0].query.weight = model.blocks[1].query.weight
+    report = tensorize(model, max_rank=4)
+    reasons = dict(report.skipped)
+    assert "tied" in reasons["blocks.0.query"] and "tied" in reasons["blocks.1.query"]
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        (dict(target_modules=["nonexistent"]), r"target_modules entries \['nonexistent'\] match no module"),
+        (dict(exclude_modules=["typo"]), r"exclude_modules entries \['typo'\]"),
+        (dict(target_modules="zzz.*"), r"target_modules entries \['zzz.\*'\]"),
+        (dict(target_modules="(unclosed"), "not a valid regular expression"),
+        (dict(max_rank=0), r"max_rank must be an integer >= 1 \(or a list of them\), got 0"),
+        (dict(init="xavier"), "init='xavier'"),
+        (dict(layer_config={"ffn": {"rank": 3}}), r"unknown keys \['rank'\]"),
+        (dict(layer_config={"ffn": {"row_modes": (2, 2)}}), "do not apply to blocks.0.ffn"),
+        (dict(target_modules=["small"]), "found nothing to swap"),
+    ],
+)
+def test_bad_rules_raise_value_error_naming_them(kwargs, match):
+    model = Tiny()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises(ValueError, match=match):
+        tensorize(model, **kwargs)
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items()), "a failed tensorize must not change the model"
+
+
+def test_a_module_of_an_unhandled_type_with_a_large_weight_is_listed_as_skipped():
+    model = nn.Sequential(nn.Conv2d(16, 64, 3), nn.Flatten(), nn.Linear(64, 256), nn.Linear(256, 256), nn.Linear(256, 4))
+    report = tensorize(model, max_rank=4)
+    assert "Conv2d with a 64x16x3x3 weight has no TT converter" in dict(report.skipped)["0"]

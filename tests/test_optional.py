@@ -1,0 +1,32 @@
+"""The core imports with torch, lightning, torchmetrics and numpy alone; optional packages load on first use."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from tests.helpers.paths import ROOT
+
+
+def test_core_imports_without_the_cli_extra() -> None:
+    # An import of an optional package made directly by a comera_lightning module fails (Lightning and
+    # torchmetrics import some of them on their own when installed: those are allowed through).
+    blocked = ("tokenizers", "pyarrow", "matplotlib", "wandb", "jsonargparse", "torchrec", "transformers")
+    code = (
+        "import sys\n"
+        "class Block:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        f"        if name.split('.')[0] not in {blocked!r}: return None\n"
+        "        frame = sys._getframe(1)\n"
+        "        while frame and frame.f_globals.get('__name__', '').startswith(('importlib', '_frozen_importlib')):\n"
+        "            frame = frame.f_back\n"
+        "        if frame and frame.f_globals.get('__name__', '').startswith('comera_lightning'):\n"
+        "            raise ModuleNotFoundError(f\"{frame.f_globals['__name__']} imports {name}\")\n"
+        "sys.meta_path.insert(0, Block())\n"
+        "import comera_lightning, comera_lightning.data, comera_lightning.models, comera_lightning.strategy\n"
+        "from comera_lightning import ComeraCallback, TTLinear, tensorize\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
