@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import lightning.pytorch as pl
 import torch
+from lightning.pytorch.utilities.model_helpers import is_overridden
 
-__all__ = ["non_finite_error", "replace_loss", "unwrap_methods", "wrap_method"]
+__all__ = ["non_finite_error", "replace_loss", "unwrap_methods", "when_built", "wrap_method"]
 
 
 def replace_loss(output: Any, objective: Any) -> Any:
@@ -53,3 +54,11 @@ def unwrap_methods(pl_module: pl.LightningModule) -> None:
     for key in [k for k in pl_module.__dict__ if k.startswith("_comera_original_")]:
         del pl_module.__dict__[key]
         pl_module.__dict__.pop(key[len("_comera_original_"):], None)
+
+
+def when_built(pl_module: pl.LightningModule, action: Callable[[], Any]) -> None:
+    """Run ``action()`` now, or right after ``configure_model`` when the module creates its layers there."""
+    if is_overridden("configure_model", pl_module, pl.LightningModule):
+        wrap_method(pl_module, "configure_model", lambda result: action())
+    else:
+        action()

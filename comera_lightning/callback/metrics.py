@@ -6,14 +6,13 @@ from collections.abc import Mapping
 from typing import Any
 
 import lightning.pytorch as pl
-from lightning.pytorch.utilities import rank_zero_warn
 import torch
 from torch import nn
 
 from comera_lightning.rank import active_size, compression_stats, tt_layers
 from comera_lightning.schedule import STAGES
 
-__all__ = ["compression_metrics", "log_rank_table", "warn_rank0"]
+__all__ = ["compression_metrics", "log_rank_table"]
 
 
 def compression_metrics(module: nn.Module, stage: str, terms: Mapping[str, torch.Tensor], bond_ranks: bool | str) -> dict[str, Any]:
@@ -64,15 +63,3 @@ def log_rank_table(trainer: pl.Trainer) -> None:
     ]
     for lg in loggers:
         lg.log_table(key="comera/ranks", columns=["layer", "ranks", "params", "dense_params", "compression"], data=rows)
-
-
-def warn_rank0(ranks: dict[str, tuple[int, ...]], reported: set[str]) -> set[str]:
-    """Warn once per layer whose bond reached rank 0 (it then adds only its bias), and when all did; returns all reported."""
-    dead = {name for name, bonds in ranks.items() if 0 in bonds}
-    if dead - reported:
-        everything = " Every tensorized layer is pruned to zero: the model ignores their inputs." if dead == set(ranks) else ""
-        rank_zero_warn(
-            f"ComeraCallback: {sorted(dead - reported)} pruned to rank 0 on a bond: each now outputs its bias only."
-            f"{everything} If that is too much, raise target_ratio or lower gate_lr / rank_weight."
-        )
-    return reported | dead

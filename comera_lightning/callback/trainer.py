@@ -1,4 +1,4 @@
-"""What ComeraCallback needs from the Trainer and its strategy: supported setups, DDP re-wraps, one value over ranks."""
+"""What ComeraCallback needs from the Trainer and its strategy: supported setups, DDP re-wraps, one value over ranks, logging steps."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from comera_lightning.checkpoint.io import AtomicCheckpointIO
 
-__all__ = ["UNSUPPORTED_STRATEGIES", "capturing", "check_supported", "mean_over_ranks", "rewrap_ddp", "use_atomic_checkpoints"]
+__all__ = ["UNSUPPORTED_STRATEGIES", "capturing", "check_supported", "logs_this_step", "mean_over_ranks", "rewrap_ddp", "use_atomic_checkpoints"]
 
 UNSUPPORTED_STRATEGIES = ("FSDPStrategy", "DeepSpeedStrategy", "ModelParallelStrategy", "XLAStrategy", "SingleDeviceXLAStrategy")
 
@@ -58,3 +58,13 @@ def rewrap_ddp(trainer: pl.Trainer) -> None:
     strategy = trainer.strategy
     if isinstance(strategy.model, DistributedDataParallel) and hasattr(strategy, "_setup_model"):
         strategy.model = strategy._setup_model(strategy.model.module)
+
+
+def logs_this_step(trainer: pl.Trainer) -> bool:
+    """Whether Lightning sends this training step's logged values to the loggers (``Trainer(log_every_n_steps=...)``).
+
+    Lightning has no public way to ask: its own ``LearningRateMonitor`` and ``DeviceStatsMonitor`` read the
+    logger connector's ``should_update_logs`` too (it counts optimizer-stepping batches, so gradient
+    accumulation follows). A Lightning without it: every step.
+    """
+    return getattr(getattr(trainer, "_logger_connector", None), "should_update_logs", True)

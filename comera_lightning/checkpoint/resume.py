@@ -7,6 +7,7 @@
   before that epoch's validation and ``on_train_epoch_end``): Lightning resumes it as a finished
   epoch and runs neither. ``missed_epoch_end`` detects it; ``run_missed_validation`` runs the
   validation the interrupted run would have run there.
+* :class:`ResumeState` holds what the callback's checkpoint brings back until the moment it is due.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import lightning.pytorch as pl
 import numpy as np
 import torch
 
-__all__ = ["capture_rng_state", "missed_epoch_end", "restore_rng_state", "run_missed_validation"]
+__all__ = ["ResumeState", "capture_rng_state", "missed_epoch_end", "restore_rng_state", "run_missed_validation"]
 
 
 def capture_rng_state() -> dict[str, Any]:
@@ -42,13 +43,12 @@ def restore_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(cuda)
 
 
-def missed_epoch_end(trainer: pl.Trainer, epochs_ended: int | None) -> bool:
+def missed_epoch_end(trainer: pl.Trainer, epochs_ended: int) -> bool:
     """Whether Lightning skipped the end of the epoch before ``trainer.current_epoch`` on resume.
 
-    ``epochs_ended``: how many ``on_train_epoch_end`` calls the checkpointed run had made (None for
-    a checkpoint that does not say).
+    ``epochs_ended``: how many ``on_train_epoch_end`` calls the checkpointed run had made.
     """
-    return epochs_ended is not None and trainer.current_epoch == epochs_ended + 1
+    return trainer.current_epoch == epochs_ended + 1
 
 
 def run_missed_validation(trainer: pl.Trainer, epoch: int) -> bool:
@@ -66,3 +66,37 @@ def run_missed_validation(trainer: pl.Trainer, epoch: int) -> bool:
     finally:
         trainer.training = True
     return True
+
+
+class ResumeState:
+    """A checkpoint's RNG states and L₀ running mean, held from ``load_state_dict`` until training starts.
+
+    ``start`` puts them back; ``hold_rng_for_first_batch`` then keeps the RNG states of that moment and
+    ``before_first_batch`` puts them back once more, since Lightning's resume bookkeeping may draw in between.
+    """
+
+    def __init__(self) -> None:
+        self.held: dict[str, Any] = {}
+        self.rng_for_first_batch: dict[str, Any] | None = None
+
+    def hold(self, loss_target: dict[str, Any], rng: dict[str, Any]) -> None:
+        """Keep a checkpoint's L₀ running mean (``LossTarget.state_dict()``) and RNG states until ``start``."""
+        self.held = {"loss_target": loss_target, "rng": rng}
+
+    def start(self, loss_target: Any, device: torch.device) -> bool:
+        """Put the held state back into ``loss_target`` and the generators; False when there is none (no resume)."""
+        held, self.held = self.held, {}
+        if held:
+            loss_target.load_state_dict(held["loss_target"], device)
+            restore_rng_state(held["rng"])
+        return bool(held)
+
+    def hold_rng_for_first_batch(self) -> None:
+        """Keep the generators' states as they are now, for ``before_first_batch``."""
+        self.rng_for_first_batch = capture_rng_state()
+
+    def before_first_batch(self) -> None:
+        """The first batch after a resume draws the random numbers the interrupted run would have drawn."""
+        if self.rng_for_first_batch is not None:
+            restore_rng_state(self.rng_for_first_batch)
+            self.rng_for_first_batch = None

@@ -1,4 +1,4 @@
-"""The ``comera-lightning`` command line: LightningCLI with the CoMERA callback, data→model links and loggers.
+"""ComeraCLI: the LightningCLI of the ``comera-lightning`` command, with the CoMERA callback, data→model links and loggers.
 
     comera-lightning fit  --config transformer_tiny                       # a bundled config, by name
     comera-lightning fit  --config transformer_tiny --test_after_fit true # fit, then test, one W&B run
@@ -16,7 +16,7 @@ command line is parsed); the callback is on unless ``--dense true``. The data mo
 ``vocab_size``, ``num_classes``, ``pad_token_id``, ``table_sizes``, ``feature_names`` and
 ``num_dense`` (whichever it has) are passed to the model's argument of the same name (whichever it
 takes), so configs leave those out. Options are never abbreviated, and a misspelt one fails on one
-line naming the closest valid keys (``cli_parser.py``).
+line naming the closest valid keys (``parser.py``).
 
 Loggers: a ``CSVLogger`` (``logs/<config name>[_dense]/version_N``) and a W&B logger are added
 unless ``trainer.logger`` already has one of that kind (``trainer.logger: false`` turns all
@@ -44,8 +44,8 @@ from lightning.pytorch.utilities import rank_zero_info
 
 from comera_lightning._optional import require
 from comera_lightning.callback import ComeraCallback
-from comera_lightning.cli.parser import ComeraArgumentParser
 from comera_lightning.cli.config_files import resolve_config_args
+from comera_lightning.cli.parser import ComeraArgumentParser
 from comera_lightning.cli.wandb_run import ComeraWandbLogger, upload_fit_images, write_summary
 
 __all__ = ["ComeraCLI", "finish_wandb", "latest_checkpoint", "resolve_wandb_mode", "write_compression_plot"]

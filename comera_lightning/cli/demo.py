@@ -22,8 +22,8 @@ from lightning.pytorch.loggers import CSVLogger, WandbLogger
 
 from comera_lightning.cli.app import ComeraCLI, finish_wandb, write_compression_plot
 from comera_lightning.cli.config_files import CONFIG_DIR
-from comera_lightning.rank import compression_stats, tt_layers
 from comera_lightning.cli.wandb_run import upload_fit_images, write_summary
+from comera_lightning.rank import compression_stats, tt_layers
 
 CONFIG = CONFIG_DIR / "transformer_tiny.yaml"
 

@@ -79,8 +79,8 @@ def export_main(args: Sequence[str]) -> Path:
         parser.error(f"--out {out} exists; pass --overwrite to replace it or choose another path.")
     model, datamodule = _instantiate(overrides)
     _load_checkpoint(model, Path(ours.ckpt_path))
-    from comera_lightning.export.dlrm import feature_names, is_dlrm
     from comera_lightning.export import export
+    from comera_lightning.export.dlrm import feature_names, is_dlrm
 
     names = feature_names(model) if is_dlrm(model) else None
     example = model_inputs(next(iter(_test_batches(datamodule))), names)

@@ -1,6 +1,6 @@
 """``export``: a trained tensorized model as a plain-PyTorch ``torch.export.ExportedProgram``.
 
-The program holds every TT layer in its cheapest inference form (``export_forms.py``: two
+The program holds every TT layer in its cheapest inference form (``forms.py``: two
 low-rank factors for a linear layer, two half tables for an embedding) and nothing of
 comera_lightning, Lightning or TorchRec: ``torch.export.load(path).module()(*inputs)`` runs
 with torch alone. docs/INFERENCE.md has the forms, the tolerance and the measured sizes and speeds.
@@ -28,9 +28,9 @@ def inference_copy(model: nn.Module, example_inputs: Sequence[Any] = ()) -> nn.M
     """A copy of ``model`` in eval mode, dead ranks pruned, every TT layer in its inference form; ``model`` is untouched.
 
     ``example_inputs`` (run once through the copy) give each ``TTLinear`` the number of rows it
-    sees per call, which decides between cores and factors (``export_forms.py``).
+    sees per call, which decides between cores and factors (``forms.py``).
     A ``DLRMClassifier`` (or a TorchRec ``DLRM``) becomes its dense-tensor entry point
-    (``export_dlrm.DenseInputDLRM``): ``(dense (B, num_dense), ids (B, features, L))``, -1 = no id.
+    (``dlrm.DenseInputDLRM``): ``(dense (B, num_dense), ids (B, features, L))``, -1 = no id.
     """
     from comera_lightning.export.dlrm import dense_input_dlrm, is_dlrm
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from comera_lightning.layers.interface import TensorizedModule
 from comera_lightning.layers.inference_cache import InferenceCache, caching_allowed
+from comera_lightning.layers.interface import TensorizedModule
 
 __all__ = ["TTModule", "PruneRecord"]
 

@@ -9,14 +9,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from comera_lightning.layers.base import TTModule
-from comera_lightning.layers.interface import LayerSummary, format_modes
 from comera_lightning.layers.contraction import chain_cost, contract_chain, tt_svd
+from comera_lightning.layers.interface import LayerSummary, format_modes
 from comera_lightning.layers.shapes import balance_halves, bond_rank_caps, factorize, prod
 
 __all__ = ["TTEmbedding"]
 
 
-def _ids_are_checkable() -> bool:
+def ids_are_checkable() -> bool:
     """Range checks need a host sync: skip them while compiling or capturing a CUDA graph."""
     if torch.compiler.is_compiling():
         return False
@@ -169,7 +169,7 @@ class TTEmbedding(TTModule):
             raise TypeError(f"TTEmbedding expects integer ids, got dtype {ids.dtype}.")
         if not ids.numel():
             return
-        if not _ids_are_checkable():
+        if not ids_are_checkable():
             if not torch.compiler.is_compiling():  # capturing a CUDA graph: a device-side assert, run on every replay
                 valid = ((ids >= 0) & (ids < self.num_embeddings)).all()
                 torch._assert_async(valid, f"an id is out of range for a TTEmbedding of {self.num_embeddings} rows (valid: 0..{self.num_embeddings - 1}).")
@@ -195,7 +195,7 @@ class TTEmbedding(TTModule):
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         self._check_ids(ids)
         flat = ids.reshape(-1).long()
-        if self.deduplicate and _ids_are_checkable() and flat.numel() > 1:
+        if self.deduplicate and ids_are_checkable() and flat.numel() > 1:
             unique, inverse = torch.unique(flat, return_inverse=True)
             rows = self.lookup(unique)[inverse]
         else:

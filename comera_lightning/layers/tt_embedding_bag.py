@@ -24,7 +24,7 @@ from torch import nn
 
 from comera_lightning._optional import loaded, require
 from comera_lightning.layers.interface import LayerSummary, TensorizedModule
-from comera_lightning.layers.tt_embedding import TTEmbedding, _ids_are_checkable
+from comera_lightning.layers.tt_embedding import TTEmbedding, ids_are_checkable
 
 _FEATURE = "TTEmbeddingBagCollection"
 _configs = require("torchrec.modules.embedding_configs", _FEATURE)
@@ -156,7 +156,7 @@ class TTEmbeddingBagCollection(EmbeddingBagCollectionInterface, TensorizedModule
         if isinstance(table, TTEmbedding):
             if not ids.numel():  # all bags empty: look up one row anyway so the cores stay in the graph
                 rows, index = table.lookup(ids.new_zeros(1)), ids
-            elif table.deduplicate and _ids_are_checkable() and ids.numel() > 1:
+            elif table.deduplicate and ids_are_checkable() and ids.numel() > 1:
                 unique, index = torch.unique(ids, return_inverse=True)
                 rows = table.lookup(unique)
             else:
@@ -185,7 +185,7 @@ class TTEmbeddingBagCollection(EmbeddingBagCollectionInterface, TensorizedModule
         for config, name, values in checks:
             if values.is_floating_point() or values.is_complex() or values.dtype == torch.bool:
                 raise TypeError(f"ids of feature {name!r} (table {config.name!r}) must be integers, got dtype {values.dtype}.")
-        if not _ids_are_checkable():
+        if not ids_are_checkable():
             return
         bad = [((values < 0) | (values >= config.num_embeddings)).any() for config, _, values in checks]
         if not bool(torch.stack(bad).any()):

@@ -10,9 +10,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from comera_lightning.layers.base import TTModule
+from comera_lightning.layers.contraction import chain_cost, contract_chain, tt_svd
 from comera_lightning.layers.inference_cache import caching_allowed
 from comera_lightning.layers.interface import LayerSummary, format_modes
-from comera_lightning.layers.contraction import chain_cost, contract_chain, tt_svd
 from comera_lightning.layers.shapes import bond_rank_caps, factorize, prod
 
 __all__ = ["TTLinear"]

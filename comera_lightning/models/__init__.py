@@ -1,6 +1,7 @@
 """LightningModules for the paper's workloads and the reusable encoder they share."""
 
 from comera_lightning._optional import lazy_exports
+from comera_lightning.models.codebert import MaskedLanguageModel
 from comera_lightning.models.encoder import (
     Embeddings,
     Encoder,
@@ -11,7 +12,6 @@ from comera_lightning.models.encoder import (
     TransformerEncoderModel,
     init_bert_weights,
 )
-from comera_lightning.models.codebert import MaskedLanguageModel
 from comera_lightning.models.optim_setup import paper_adamw
 from comera_lightning.models.transformer import SentencePairClassifier
 

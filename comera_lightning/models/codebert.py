@@ -31,7 +31,6 @@ from comera_lightning.models.optim_setup import (
     ParamGroupSettings,
     check_scheduler_interval,
     configure_comera_optimizers,
-    deprecated_lr_gates,
     paper_adamw,
 )
 
@@ -153,7 +152,6 @@ class MaskedLanguageModel(LightningModule):
         tie_word_embeddings: bool = True,
         head_on_masked_only: bool = True,
         lr_cores: float = 1e-4,
-        lr_gates: float | None = None,
         lr_other: float = 5e-4,
         weight_decay: float = 0.0,
         optimizer: OptimizerCallable = paper_adamw,
@@ -179,7 +177,7 @@ class MaskedLanguageModel(LightningModule):
             self.lm_head.decoder.weight = self.backbone.embeddings.word_embeddings.weight
 
         self.optimizer = optimizer
-        self.param_group_settings = ParamGroupSettings(lr_cores, deprecated_lr_gates(lr_gates), lr_other, weight_decay)
+        self.param_group_settings = ParamGroupSettings(lr_cores, lr_other, weight_decay)
         self.scheduler = scheduler
         for stage in STAGES:
             # validate_args=False: the argument checks cost a device sync per step.

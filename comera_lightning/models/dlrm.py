@@ -28,7 +28,6 @@ from comera_lightning.models.optim_setup import (
     ParamGroupSettings,
     check_scheduler_interval,
     configure_comera_optimizers,
-    deprecated_lr_gates,
     paper_adamw,
 )
 
@@ -153,7 +152,6 @@ class DLRMClassifier(LightningModule):
         dense_arch_layer_sizes: list[int] = [64, 16],  # noqa: B006 - LightningCLI needs the literal
         over_arch_layer_sizes: list[int] = [64, 32, 1],  # noqa: B006
         lr_cores: float = 1e-3,
-        lr_gates: float | None = None,
         lr_other: float = 1e-3,
         weight_decay: float = 0.0,
         core_weight_decay: float | None = None,
@@ -188,7 +186,7 @@ class DLRMClassifier(LightningModule):
             dense_arch_layer_sizes=dense_sizes, over_arch_layer_sizes=over_sizes,
         )
         self.optimizer = optimizer
-        self.param_group_settings = ParamGroupSettings(lr_cores, deprecated_lr_gates(lr_gates), lr_other, weight_decay, core_weight_decay)
+        self.param_group_settings = ParamGroupSettings(lr_cores, lr_other, weight_decay, core_weight_decay)
         self.scheduler = scheduler
         self.train_metrics = _stage_metrics(auroc_thresholds)
         self.val_metrics = _stage_metrics(auroc_thresholds)

@@ -2,7 +2,7 @@
 
 ``F.dropout`` on CPU draws one ``bernoulli_`` float per element, keeps that float mask for the
 backward and multiplies twice; in the paper's Transformer step at batch 32 these draws were the
-largest op after the matrix products (profile in ``benchmarks/transformer_speed.py``). Here one
+largest op after the matrix products (profile in ``benchmarks/training/transformer_speed.py``). Here one
 64-bit draw of the default generator gives four 16-bit words and an element is kept when its word
 falls below ``keep · 2^16``: the keep probability is ``1 - p`` rounded to a multiple of ``2^-16``
 and the kept values are scaled by the exact inverse of that probability, so the expected output

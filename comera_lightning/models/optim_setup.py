@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -11,30 +10,17 @@ from lightning.pytorch import LightningModule
 
 from comera_lightning.optim.param_groups import comera_param_groups
 
-__all__ = ["ParamGroupSettings", "deprecated_lr_gates", "paper_adamw", "check_scheduler_interval", "configure_comera_optimizers"]
+__all__ = ["ParamGroupSettings", "paper_adamw", "check_scheduler_interval", "configure_comera_optimizers"]
 
 
 @dataclass(frozen=True)
 class ParamGroupSettings:
-    """Learning rates and weight decay of the cores/gates/other groups (see :func:`comera_param_groups`)."""
+    """Learning rates and weight decay of the cores and other groups (see :func:`comera_param_groups`; the gates are ComeraCallback's)."""
 
     lr_cores: float = 1e-4
-    lr_gates: float | None = None  # None: the gates are ComeraCallback's (gate_lr)
     lr_other: float = 5e-5
     weight_decay: float = 0.0
     core_weight_decay: float | None = None
-
-
-def deprecated_lr_gates(lr_gates: float | None) -> float | None:
-    """Warn that a model's ``lr_gates`` no longer steers the gates (``ComeraCallback(gate_lr=...)`` does)."""
-    if lr_gates is not None:
-        warnings.warn(
-            f"lr_gates={lr_gates} on the model is deprecated and has no effect under ComeraCallback, which optimises "
-            f"the rank gates itself: pass ComeraCallback(gate_lr={lr_gates}) (in a CLI config: comera.gate_lr).",
-            DeprecationWarning,
-            stacklevel=3,
-        )
-    return lr_gates
 
 
 def paper_adamw(params: Any) -> torch.optim.Optimizer:
@@ -56,7 +42,7 @@ def configure_comera_optimizers(
     Called from ``configure_optimizers``, i.e. after ``tensorize`` made the cores.
     """
     groups = comera_param_groups(
-        module, lr_cores=settings.lr_cores, lr_gates=settings.lr_gates, lr_other=settings.lr_other,
+        module, lr_cores=settings.lr_cores, lr_gates=None, lr_other=settings.lr_other,
         weight_decay=settings.weight_decay, core_weight_decay=settings.core_weight_decay,
     )
     built = optimizer(groups)

@@ -17,7 +17,6 @@ from comera_lightning.models.optim_setup import (
     ParamGroupSettings,
     check_scheduler_interval,
     configure_comera_optimizers,
-    deprecated_lr_gates,
     paper_adamw,
 )
 
@@ -35,7 +34,7 @@ class SentencePairClassifier(LightningModule):
     always receives the cores/other groups of :func:`comera_param_groups`, whose ``lr_cores``,
     ``lr_other`` and ``weight_decay`` override the optimizer's own ``lr`` and ``weight_decay``. The
     groups are built in ``configure_optimizers``, i.e. after ``tensorize`` has swapped in the TT
-    layers; the rank gates are ``ComeraCallback``'s (its ``gate_lr``). ``lr_gates`` is deprecated.
+    layers; the rank gates are ``ComeraCallback``'s (its ``gate_lr``).
     """
 
     def __init__(
@@ -51,7 +50,6 @@ class SentencePairClassifier(LightningModule):
         pad_token_id: int = 0,
         num_classes: int = 3,
         lr_cores: float = 1e-4,
-        lr_gates: float | None = None,
         lr_other: float = 5e-5,
         weight_decay: float = 0.0,
         optimizer: OptimizerCallable = paper_adamw,
@@ -84,7 +82,7 @@ class SentencePairClassifier(LightningModule):
         init_bert_weights(self.classifier)
 
         self.optimizer = optimizer
-        self.param_group_settings = ParamGroupSettings(lr_cores, deprecated_lr_gates(lr_gates), lr_other, weight_decay)
+        self.param_group_settings = ParamGroupSettings(lr_cores, lr_other, weight_decay)
         self.scheduler = scheduler
         self.train_acc = MulticlassAccuracy(num_classes, average="micro", ignore_index=IGNORE_INDEX)
         self.val_acc = MulticlassAccuracy(num_classes, average="micro", ignore_index=IGNORE_INDEX)

@@ -21,7 +21,7 @@ from torch import nn
 
 from comera_lightning._checks import check_number
 
-__all__ = ["DEFAULT_GATE_LR", "GateOptimizer", "drop_gates_from_saved_states"]
+__all__ = ["DEFAULT_GATE_LR", "GateOptimizer"]
 
 #: Measured on unmodified modules (README, "Rank gates"): prunes within a few hundred steps.
 DEFAULT_GATE_LR = 2e-2
@@ -37,7 +37,6 @@ class GateOptimizer:
         self.scaler: Any = None  # the GradScaler whose scale is on the gate gradients (attributes only: ddp_spawn pickles this)
         self._hook: Any = None
         self._pending: dict[str, Any] | None = None
-        self.removed: list[list[tuple[list[int], int]]] = []  # per optimizer, per group: where the gates were
 
     def attach(self, gates: Sequence[nn.Parameter], optimizers: Sequence[torch.optim.Optimizer]) -> None:
         """Take ``gates`` out of ``optimizers`` and start stepping them after the first optimizer that held any."""
@@ -45,8 +44,7 @@ class GateOptimizer:
         gates = [g for g in gates if g.requires_grad]
         if not gates:
             return
-        self.removed = [_remove_parameters(opt, gates) for opt in optimizers]
-        held = [opt for opt, groups in zip(optimizers, self.removed) if any(positions for positions, _ in groups)]
+        held = [opt for opt in optimizers if _remove_parameters(opt, gates)]
         host = held[0] if held else (optimizers[0] if optimizers else None)
         if host is None:
             raise ValueError("ComeraCallback found no optimizer to follow: configure_optimizers must return one.")
@@ -123,36 +121,16 @@ class GateOptimizer:
             self._pending = state
 
 
-def _remove_parameters(optimizer: torch.optim.Optimizer, params: Sequence[nn.Parameter]) -> list[tuple[list[int], int]]:
-    """Drop ``params`` from ``optimizer``'s param groups and state; per group, their positions and the group's size before."""
+def _remove_parameters(optimizer: torch.optim.Optimizer, params: Sequence[nn.Parameter]) -> bool:
+    """Drop ``params`` from ``optimizer``'s param groups and state; whether it held any of them."""
     ids = {id(p) for p in params}
-    positions = []
+    held = False
     for group in optimizer.param_groups:
-        positions.append(([i for i, p in enumerate(group["params"]) if id(p) in ids], len(group["params"])))
+        held = held or any(id(p) in ids for p in group["params"])
         group["params"] = [p for p in group["params"] if id(p) not in ids]
     for p in params:
         optimizer.state.pop(p, None)
-    return positions
-
-
-def drop_gates_from_saved_states(saved_states: list[dict[str, Any]], removed: list[list[tuple[list[int], int]]]) -> int:
-    """Take the gates out of optimizer states saved while the module's optimizers still held them (before 0.2).
-
-    ``removed`` is ``GateOptimizer.removed``: per optimizer, per group, the positions the gates had and the
-    group's size then. A saved group of that size loses those entries (and their state); others are left.
-    """
-    dropped = 0
-    for saved, groups in zip(saved_states, removed):
-        for saved_group, (positions, size) in zip(saved.get("param_groups", []), groups):
-            ids = saved_group["params"]
-            if not positions or len(ids) != size:
-                continue
-            gone = {ids[i] for i in positions}
-            saved_group["params"] = [i for i in ids if i not in gone]
-            for index in gone:
-                saved.get("state", {}).pop(index, None)
-            dropped += len(gone)
-    return dropped
+    return held
 
 
 def _state_fits(state: dict[str, Any], gates: Sequence[nn.Parameter]) -> bool:

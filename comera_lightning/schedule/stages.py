@@ -59,7 +59,7 @@ class StageSchedule:
         self.late_start_step: int | None = None
         self.last_prune_step = -1
         self.prune_events = 0
-        self.epochs_ended: int | None = 0  # epoch ends handled; None: unknown (a checkpoint from before 0.3)
+        self.epochs_ended = 0  # epoch ends handled (a resume checks that none was skipped)
 
     def resolve(self, max_epochs: int | None) -> tuple[list[str], list[str]]:
         """Fix the default early stage from the Trainer's ``max_epochs``; returns (information, warnings) for the user."""
@@ -132,6 +132,5 @@ class StageSchedule:
                 stacklevel=2,
             )
             state = {**state, "early_epochs_resolved": self.early_epochs}
-        state = {"epochs_ended": None, **state}
         for key, value in state.items():
             setattr(self, key, value)

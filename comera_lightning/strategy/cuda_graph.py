@@ -8,14 +8,12 @@ for ``warmup_steps`` eager steps, is captured once (Lightning's closure: ``train
 ``optimizer.step()``) and replayed after that. docs/CUDA_GRAPHS.md says what is frozen at
 capture and what is re-captured, checked or refused, and what has (not) been run on a GPU.
 Where graphs cannot apply the strategy says why once and runs those steps eagerly, exactly as
-``SingleDeviceStrategy``; on CPU it always does. ``compile=True`` is a deprecated no-op (the CPU
-``torch.compile`` path measured 1.32× slower than eager with a 72 s first step).
+``SingleDeviceStrategy``; on CPU it always does.
 """
 
 from __future__ import annotations
 
 import functools
-import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -41,14 +39,11 @@ from comera_lightning.strategy.capture import (
 )
 from comera_lightning.strategy.graph_cache import CAPTURE, EAGER, REPLAY, WARMUP, GraphCache
 from comera_lightning.strategy.hyperparams import GraphedOptimizer, plain_checkpoint
+from comera_lightning.strategy.protocol import GraphSignatureSource
 from comera_lightning.strategy.step_checks import NonFiniteFlag, accumulation_refusal, graph_device, run_refusal
 
-__all__ = ["COMPILE_REMOVED", "CUDAGraphStrategy"]
+__all__ = ["CUDAGraphStrategy"]
 
-COMPILE_REMOVED = (
-    "CUDAGraphStrategy(compile=True) is deprecated and does nothing: the CPU torch.compile path was removed "
-    "because it measured 1.32× slower than eager with a 72 s first step; training runs eagerly on CPU."
-)
 #: Re-captures in a row, each before any replay, after which graphs are turned off for the run.
 MAX_IDLE_RECAPTURES = 3
 
@@ -66,7 +61,6 @@ class CUDAGraphStrategy(SingleDeviceStrategy):
         pad_values: dict-batch keys to pad along dim 1 and their pad value, e.g.
             ``{input_ids: 0, attention_mask: 0, token_type_ids: 0}`` (labels of a masked LM: -100).
         check_finite_loss: stop training when a replayed step's loss is NaN or inf (checked one step late).
-        compile: deprecated no-op; ``True`` warns (the CPU ``torch.compile`` path was removed).
         accelerator, checkpoint_io, precision_plugin: as for ``SingleDeviceStrategy``.
     """
 
@@ -83,10 +77,7 @@ class CUDAGraphStrategy(SingleDeviceStrategy):
         buckets: list[int] | None = None,
         pad_values: dict[str, float] | None = None,
         check_finite_loss: bool = True,
-        compile: bool = False,
     ) -> None:
-        if compile:
-            warnings.warn(COMPILE_REMOVED, DeprecationWarning, stacklevel=2)
         check_bucket_options(buckets, pad_values)
         self.graph_cache = GraphCache(warmup_steps, max_graphs)  # checks both
         super().__init__(
@@ -283,7 +274,7 @@ class CUDAGraphStrategy(SingleDeviceStrategy):
         module = self.lightning_module
         signature = {"parameters": tuple((id(p), p.shape) for p in module.parameters()), **self._graphed.frozen()}
         for i, owner in enumerate([*module.trainer.callbacks, module]):
-            if callable(getattr(owner, "cuda_graph_signature", None)):
+            if isinstance(owner, GraphSignatureSource):
                 signature[f"{type(owner).__name__}#{i}"] = owner.cuda_graph_signature()
         return signature
 

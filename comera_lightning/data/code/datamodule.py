@@ -1,11 +1,11 @@
 """`CodeCorpusDataModule`: language-model pre-training batches from source code (masked, CodeBERT-style, or causal).
 
-It reads a code corpus (`code_files.py`), splits it by file (a hash of each file's relative path
-picks train / val / test, so a file never straddles splits: `code_splits.py`), trains a
+It reads a code corpus (`files.py`), splits it by file (a hash of each file's relative path
+picks train / val / test, so a file never straddles splits: `splits.py`), trains a
 byte-level BPE tokenizer on the training files (cached), packs the token stream into fixed blocks
 of `block_size` tokens (`<s>` first, `</s>` between documents) and masks tokens on the fly
 (`objective="mlm"`) or labels every real token for next-token prediction (`objective="clm"`)
-(`mlm_batching.py`).
+(`batching.py`).
 
 Corpora:
 
@@ -29,10 +29,10 @@ from pathlib import Path
 import torch
 from tokenizers import Tokenizer
 
+from comera_lightning.data.code.batching import CausalLMCollator, MLMCollator, PackedBlocks, pack_blocks
 from comera_lightning.data.code.files import CodeDocument, list_source_files, read_code_jsonl, read_source_documents, stdlib_dir
 from comera_lightning.data.code.splits import split_documents, unit_hash
-from comera_lightning.data.code.batching import CausalLMCollator, MLMCollator, PackedBlocks, pack_blocks
-from comera_lightning.data.splits import SPLITS, SplitDict
+from comera_lightning.data.splits import SPLITS, check_split_fractions
 from comera_lightning.data.text_base import TokenizedTextDataModule
 from comera_lightning.data.tokenizer import BPE_SPECIAL_TOKENS, load_or_train_bytelevel_bpe
 
@@ -104,7 +104,7 @@ class CodeCorpusDataModule(TokenizedTextDataModule):
         if objective not in OBJECTIVES:
             raise ValueError(f"objective={objective!r} is not one of {OBJECTIVES} (masked or causal language modelling)")
         self.save_hyperparameters()
-        self._documents: SplitDict[list[CodeDocument]] | None = None
+        self._documents: dict[str, list[CodeDocument]] | None = None
         self.skipped_files: list[str] = []
 
     # ---- metadata
@@ -120,7 +120,7 @@ class CodeCorpusDataModule(TokenizedTextDataModule):
         return self.hparams.mlm_probability
 
     @property
-    def documents(self) -> SplitDict[list[CodeDocument]]:
+    def documents(self) -> dict[str, list[CodeDocument]]:
         """The corpus documents of each split (read on first use)."""
         if self._documents is None:
             docs = self._read_corpus()
@@ -240,9 +240,7 @@ def _check_arguments(block_size: int, batch_size: int, val_fraction: float, test
         raise ValueError(f"block_size must be >= 8, got {block_size}")
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    if not (0 <= val_fraction < 1 and 0 <= test_fraction < 1 and val_fraction + test_fraction < 1):
-        raise ValueError(f"val_fraction and test_fraction must be in [0, 1) with a sum below 1, "
-                         f"got {val_fraction} and {test_fraction}")
+    check_split_fractions(val_fraction, test_fraction)
     for name, value in (("max_files", max_files), ("max_bytes", max_bytes)):
         if value is not None and value < 1:
             raise ValueError(f"{name} must be None or >= 1, got {value}")

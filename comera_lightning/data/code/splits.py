@@ -9,7 +9,7 @@ import hashlib
 from collections.abc import Sequence
 
 from comera_lightning.data.code.files import CodeDocument
-from comera_lightning.data.splits import SPLITS, SplitDict
+from comera_lightning.data.splits import SPLITS
 
 __all__ = ["split_documents", "split_of", "unit_hash"]
 
@@ -35,9 +35,9 @@ def split_of(key: str, val_fraction: float, test_fraction: float, seed: int = 0)
 
 def split_documents(
     docs: Sequence[CodeDocument], val_fraction: float, test_fraction: float, seed: int = 0
-) -> SplitDict[list[CodeDocument]]:
+) -> dict[str, list[CodeDocument]]:
     """Split documents by the hash of their keys; a split left empty borrows one training document."""
-    parts: SplitDict[list[CodeDocument]] = SplitDict({name: [] for name in SPLITS})
+    parts: dict[str, list[CodeDocument]] = {name: [] for name in SPLITS}
     for doc in docs:
         parts[split_of(doc.key, val_fraction, test_fraction, seed)].append(doc)
     # Tiny corpora (max_files=10) could leave val or test empty; give each one document.

@@ -1,7 +1,6 @@
 """Criteo LightningDataModules: `CriteoDataModule` (TSV files on disk, streamed) and `SyntheticCriteoDataModule`.
 
-The file reader is in `criteo_tsv.py`, the synthetic batches in `synthetic_criteo.py`; their
-names stay importable from here.
+The file reader is `tsv.py` (or `npy.py` for days converted once), the synthetic batches are `synthetic.py`.
 """
 
 from __future__ import annotations
@@ -13,11 +12,17 @@ from pathlib import Path
 from torch.utils.data import DataLoader
 
 from comera_lightning.data.click_logs import ClickLogDataModule, DatasetNotFoundError
-from comera_lightning.data.criteo.tsv import CRITEO_CAT_NAMES, CRITEO_KAGGLE_TABLE_SIZES, NUM_DENSE, CriteoIterableDataset, _check_table_sizes
 from comera_lightning.data.criteo.npy import CriteoNpyDataset, is_converted_day
+from comera_lightning.data.criteo.synthetic import SyntheticCriteoDataset
+from comera_lightning.data.criteo.tsv import (
+    CRITEO_CAT_NAMES,
+    CRITEO_KAGGLE_TABLE_SIZES,
+    NUM_DENSE,
+    CriteoIterableDataset,
+    check_table_sizes,
+)
 from comera_lightning.data.hparams import BatchSizeHParams
 from comera_lightning.data.splits import resolve_split
-from comera_lightning.data.criteo.synthetic import SyntheticCriteoDataset
 
 __all__ = ["CriteoDataModule", "SyntheticCriteoDataModule"]
 
@@ -62,7 +67,7 @@ class CriteoDataModule(BatchSizeHParams, ClickLogDataModule):
             raise ValueError(
                 f"batch sizes must be positive, got batch_size={batch_size}, eval_batch_size={eval_batch_size}."
             )
-        _check_table_sizes(table_sizes)
+        check_table_sizes(table_sizes)
         self.save_hyperparameters()
 
     @property
@@ -83,7 +88,7 @@ class CriteoDataModule(BatchSizeHParams, ClickLogDataModule):
     @property
     def table_sizes(self) -> list[int]:
         """Rows per categorical table (ids are hashes modulo these)."""
-        return _check_table_sizes(self.hparams.table_sizes)
+        return check_table_sizes(self.hparams.table_sizes)
 
     @property
     def num_dense(self) -> int:

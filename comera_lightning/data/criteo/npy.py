@@ -22,11 +22,9 @@ import numpy as np
 from torch.utils.data import IterableDataset
 
 from comera_lightning.data.click_logs import ClickBatch
-from comera_lightning.data.criteo.shards import iter_blocks, shares_of_reader
+from comera_lightning.data.criteo.shards import distributed_rank, iter_blocks, reader_index, shares_of_reader
 from comera_lightning.data.criteo.tsv import (
-    _check_table_sizes,
-    _distributed_rank,
-    _shard,
+    check_table_sizes,
     click_batch,
     concat_rows,
     no_data_lines,
@@ -53,7 +51,7 @@ def convert_criteo_day(tsv: str | Path, out: str | Path, table_sizes: Sequence[i
     conversion never leaves a folder that looks complete.
     """
     tsv = Path(tsv)
-    sizes = _check_table_sizes(table_sizes)
+    sizes = check_table_sizes(table_sizes)
     folder = Path(out) / tsv.name.removesuffix(".gz")
     if folder.exists() and not folder.is_dir():
         raise FileExistsError(f"convert_criteo_day writes the folder {folder}, but a file of that name is there "
@@ -112,16 +110,16 @@ class CriteoNpyDataset(IterableDataset):
             raise ValueError(f"CriteoNpyDataset needs days and a positive batch_size, got {list(days)} and {batch_size}.")
         self.days = [Path(d) for d in days]
         self.batch_size, self.drop_last = batch_size, drop_last
-        sizes = _check_table_sizes(table_sizes)
+        sizes = check_table_sizes(table_sizes)
         for day in self.days:
             _check_converted(day, sizes)
 
     def __getstate__(self) -> dict:
-        return {**self.__dict__, "_launching_rank": _distributed_rank()}
+        return {**self.__dict__, "_launching_rank": distributed_rank()}
 
     def row_ranges(self) -> list[tuple[Path, int, int]]:
         """(day, first row, end row) of every day for this reader."""
-        reader, readers = _shard(getattr(self, "_launching_rank", None))
+        reader, readers = reader_index(getattr(self, "_launching_rank", None))
         ranges = []
         for day in self.days:
             rows = json.loads((day / META).read_text())["rows"]

@@ -16,7 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-__all__ = ["Block", "FileShare", "count_lines_before", "is_gzip", "iter_blocks", "shares_of_reader"]
+import torch
+from torch.utils.data import get_worker_info
+
+__all__ = ["Block", "FileShare", "count_lines_before", "distributed_rank", "is_gzip", "iter_blocks", "reader_index", "shares_of_reader"]
 
 DEFAULT_BLOCK_BYTES = 1 << 18  # 256 KiB: ~1,000 Criteo lines; larger blocks parse slower (cache)
 
@@ -127,3 +130,23 @@ def count_lines_before(path: Path, offset: int) -> int:
             count += data.count(b"\n")
             remaining -= len(data)
     return count
+
+
+def distributed_rank() -> tuple[int, int] | None:
+    """(rank, world size) of this process's default process group, None outside one."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_rank(), torch.distributed.get_world_size()
+    return None
+
+
+def reader_index(launching_rank: tuple[int, int] | None = None) -> tuple[int, int]:
+    """(this reader's index, number of readers) over DDP ranks × DataLoader workers.
+
+    A DataLoader worker started by spawn or forkserver (the default under
+    ``torch.multiprocessing.spawn`` and Lightning's ``ddp_spawn``) has no process group, so the
+    rank is the one its parent had when it handed the dataset over (``launching_rank``).
+    """
+    rank, world = distributed_rank() or launching_rank or (0, 1)
+    info = get_worker_info()
+    worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+    return rank * workers + worker, world * workers

@@ -5,7 +5,7 @@ possibly negative) and 26 categorical values hashed to 8 hex digits (possibly em
 values become ``log(1 + max(x, 0))`` (empty → 0); a categorical value becomes
 ``int(hex, 16) % table_size`` (empty → 0), for ids of any length. Blank lines are skipped; a file
 without data lines is an error. The files are read in blocks of whole lines (each reader only its
-share, see `criteo_shards.py`) and parsed by `criteo_vectorised.py`, so a multi-GB day never has to
+share, see `shards.py`) and parsed by `vectorised.py`, so a multi-GB day never has to
 fit in memory; `parse_criteo_line` is the per-line parser for the blocks that one declines.
 """
 
@@ -19,7 +19,7 @@ from typing import IO
 
 import numpy as np
 import torch
-from torch.utils.data import IterableDataset, get_worker_info
+from torch.utils.data import IterableDataset
 
 from comera_lightning.data.click_logs import ClickBatch, kjt_from_id_matrix
 from comera_lightning.data.criteo.shards import (
@@ -27,8 +27,10 @@ from comera_lightning.data.criteo.shards import (
     Block,
     FileShare,
     count_lines_before,
+    distributed_rank,
     is_gzip,
     iter_blocks,
+    reader_index,
     shares_of_reader,
 )
 from comera_lightning.data.criteo.vectorised import (
@@ -74,7 +76,7 @@ _FAST_LINE_RE = re.compile(
 )
 
 
-def _check_table_sizes(table_sizes: Sequence[int] | None) -> list[int]:
+def check_table_sizes(table_sizes: Sequence[int] | None) -> list[int]:
     """The 26 table sizes to use (Kaggle's by default), validated."""
     sizes = list(CRITEO_KAGGLE_TABLE_SIZES if table_sizes is None else table_sizes)
     if len(sizes) != NUM_SPARSE or any(int(s) < 1 for s in sizes):
@@ -196,31 +198,11 @@ def click_batch(rows: ParsedBlock) -> ClickBatch:
     )
 
 
-def _distributed_rank() -> tuple[int, int] | None:
-    """(rank, world size) of this process's default process group, None outside one."""
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        return torch.distributed.get_rank(), torch.distributed.get_world_size()
-    return None
-
-
-def _shard(launching_rank: tuple[int, int] | None = None) -> tuple[int, int]:
-    """(this reader's index, number of readers) over DDP ranks × DataLoader workers.
-
-    A DataLoader worker started by spawn or forkserver (the default under
-    ``torch.multiprocessing.spawn`` and Lightning's ``ddp_spawn``) has no process group, so the
-    rank is the one its parent had when it handed the dataset over (``launching_rank``).
-    """
-    rank, world = _distributed_rank() or launching_rank or (0, 1)
-    info = get_worker_info()
-    worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
-    return rank * workers + worker, world * workers
-
-
 class CriteoIterableDataset(IterableDataset):
     """Streams ``ClickBatch`` es from Criteo TSV files (plain or gzip), in blocks of whole lines.
 
     The readers are the DataLoader workers of every DDP rank; each parses only its own share
-    (`criteo_shards.shares_of_reader`): a byte range of every plain file, whole gzip files. So no
+    (`shards.shares_of_reader`): a byte range of every plain file, whole gzip files. So no
     line is parsed by two readers, and a reader reads no other reader's bytes except the tail of
     one line where its range starts. Blocks are parsed by the vectorised parser, or line by line
     when they hold something it declines (blank or CRLF lines, over-long fields, a bad line).
@@ -244,17 +226,17 @@ class CriteoIterableDataset(IterableDataset):
             raise ValueError(f"batch_size and block_bytes must be positive, got {batch_size} and {block_bytes}.")
         self.files = [Path(f) for f in files]
         self.batch_size = batch_size
-        self.table_sizes = _check_table_sizes(table_sizes)
+        self.table_sizes = check_table_sizes(table_sizes)
         self.drop_last = drop_last
         self.block_bytes = block_bytes
 
     def __getstate__(self) -> dict:
         # Pickled for a spawned DataLoader worker: take this process's rank along.
-        return {**self.__dict__, "_launching_rank": _distributed_rank()}
+        return {**self.__dict__, "_launching_rank": distributed_rank()}
 
     def shares(self) -> list[FileShare]:
         """What this reader owns: its byte range of every plain file and its whole gzip files."""
-        reader, readers = _shard(getattr(self, "_launching_rank", None))
+        reader, readers = reader_index(getattr(self, "_launching_rank", None))
         return shares_of_reader(self.files, reader, readers)
 
     def iter_blocks(self) -> Iterator[Block]:

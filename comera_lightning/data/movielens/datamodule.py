@@ -1,7 +1,7 @@
 """`MovieLensClicksDataModule`: MovieLens-100K as a click log, the offline default data for the DLRM workload.
 
-A click is a rating of 4 or more. The files are read by `movielens_files.py` (from the RecBole
-1.2.1 wheel, or a user ``data_dir``) and encoded by `movielens_features.py`. The split is by
+A click is a rating of 4 or more. The files are read by `files.py` (from the RecBole
+1.2.1 wheel, or a user ``data_dir``) and encoded by `features.py`. The split is by
 time: the oldest 80 % of ratings train, the next 10 % validate, the newest 10 % test. MovieLens
 users arrive over time, so most val/test users are unseen in train (cold start, OOV user id);
 ``split_mode="random"`` gives a seeded random 80/10/10 split instead.
@@ -17,10 +17,10 @@ from torch.utils.data import DataLoader, Dataset
 
 from comera_lightning.data.click_logs import ClickCollate, ClickLogDataModule, positive_rate
 from comera_lightning.data.hparams import BatchSizeHParams
-from comera_lightning.data.movielens.features import DENSE_FEATURES, SPARSE_FEATURES, EncodedClicks, _check_fractions, encode_clicks
+from comera_lightning.data.movielens.features import DENSE_FEATURES, SPARSE_FEATURES, EncodedClicks, encode_clicks
 from comera_lightning.data.movielens.files import load_raw, locate_movielens_100k
 from comera_lightning.data.resumable import EpochShuffleSampler, ResumableDataLoader
-from comera_lightning.data.splits import resolve_split
+from comera_lightning.data.splits import check_split_fractions, resolve_split
 
 __all__ = ["MovieLensClicksDataModule"]
 
@@ -53,7 +53,7 @@ class MovieLensClicksDataModule(BatchSizeHParams, ClickLogDataModule):
         seed: int = 0,
     ) -> None:
         super().__init__()
-        _check_fractions(val_fraction, test_fraction)
+        check_split_fractions(val_fraction, test_fraction, allow_empty=False)
         if split_mode not in ("time", "random"):
             raise ValueError(f"split_mode must be 'time' or 'random', got {split_mode!r}.")
         if batch_size <= 0 or (eval_batch_size is not None and eval_batch_size <= 0):

@@ -20,7 +20,6 @@ from torch.utils.data import Dataset
 
 from comera_lightning.data.click_logs import ClickSample
 from comera_lightning.data.movielens.files import RawLog
-from comera_lightning.data.splits import SplitDict
 
 __all__ = ["DENSE_FEATURES", "SPARSE_FEATURES", "EncodedClicks", "encode_clicks"]
 
@@ -91,7 +90,7 @@ class _ClickRows(Dataset):
 class EncodedClicks:
     """The encoded splits ('train', 'val', 'test'), the train vocabularies and each split's raw timestamps."""
 
-    datasets: SplitDict[_ClickRows]
+    datasets: dict[str, _ClickRows]
     vocabs: dict[str, dict[str, int]]
     timestamps: dict[str, Tensor]
 
@@ -119,7 +118,7 @@ def encode_clicks(
     dense = dense_matrix(raw, rows_of["train"])
     labels = torch.tensor([r >= click_threshold for r in raw.ratings], dtype=torch.float32)
     all_timestamps = torch.tensor(raw.timestamps, dtype=torch.float64)
-    result = EncodedClicks(SplitDict(), vocabs, {})
+    result = EncodedClicks({}, vocabs, {})
     for split, rows in rows_of.items():
         index = torch.tensor(rows, dtype=torch.int64)
         result.datasets[split] = encode_rows(vocabs, categorical, rows, dense[index], labels[index])
@@ -202,10 +201,3 @@ def _train_vocabs(categorical: dict[str, list], train_rows: list[int]) -> dict[s
     return vocabs
 
 
-def _check_fractions(val_fraction: float, test_fraction: float) -> None:
-    """Raise a ValueError unless both fractions are in (0, 1) and leave rows for training."""
-    if not (0 < val_fraction < 1 and 0 < test_fraction < 1 and val_fraction + test_fraction < 1):
-        raise ValueError(
-            f"val_fraction and test_fraction must be in (0, 1) with a sum below 1, "
-            f"got {val_fraction} and {test_fraction}."
-        )

@@ -12,7 +12,7 @@ import random
 from pathlib import Path
 
 from comera_lightning.data.pairs.split import PairSplit
-from comera_lightning.data.splits import SplitDict
+from comera_lightning.data.splits import check_split_fractions
 from comera_lightning.data.wheel_data import locate
 
 __all__ = ["CLOTHING_REVIEWS_FILE", "REVIEW_LABELS", "clothing_reviews_path", "load_clothing_reviews", "rating_to_label"]
@@ -68,16 +68,13 @@ def load_clothing_reviews(
 
 
 def _seeded_split(pairs: PairSplit, seed: int, val_fraction: float, test_fraction: float) -> dict[str, PairSplit]:
-    if not (0 <= val_fraction < 1 and 0 <= test_fraction < 1 and val_fraction + test_fraction < 1):
-        raise ValueError(
-            f"val_fraction and test_fraction must be in [0, 1) with a sum below 1, got {val_fraction}, {test_fraction}"
-        )
+    check_split_fractions(val_fraction, test_fraction)
     order = list(range(len(pairs)))
     random.Random(seed).shuffle(order)  # `random.Random(int)` is stable across Python versions
     n_val = round(len(order) * val_fraction)
     n_test = round(len(order) * test_fraction)
     parts = {"val": order[:n_val], "test": order[n_val:n_val + n_test], "train": order[n_val + n_test:]}
-    return SplitDict({
+    return {
         name: PairSplit([pairs.text_a[i] for i in idx], [pairs.text_b[i] for i in idx], [pairs.labels[i] for i in idx])
         for name, idx in parts.items()
-    })
+    }

@@ -16,7 +16,7 @@ Sources:
 * `"hub"`: `datasets.load_dataset("glue", "mnli")`; needs the optional `datasets` package and a
   network connection.
 
-Batching lives in `pair_batching.py`; the readers and batching names stay importable from here.
+Batching lives in `batching.py`.
 """
 
 from __future__ import annotations
@@ -29,12 +29,12 @@ from typing import Literal
 from tokenizers import Tokenizer
 from torch.utils.data import DataLoader
 
+from comera_lightning.data.pairs.batching import EncodedPairs, LengthBucketBatchSampler, PairCollator
 from comera_lightning.data.pairs.clothing_reviews import REVIEW_LABELS, load_clothing_reviews
 from comera_lightning.data.pairs.mnli import MNLI_LABELS, load_mnli_dir, load_mnli_hub
-from comera_lightning.data.pairs.batching import EncodedPairs, LengthBucketBatchSampler, PairCollator
 from comera_lightning.data.pairs.split import PairSplit
 from comera_lightning.data.resumable import ResumableDataLoader
-from comera_lightning.data.splits import SplitDict, resolve_split
+from comera_lightning.data.splits import resolve_split
 from comera_lightning.data.text_base import TokenizedTextDataModule
 from comera_lightning.data.tokenizer import load_or_train_wordpiece
 
@@ -101,7 +101,7 @@ class SentencePairDataModule(TokenizedTextDataModule):
         super().__init__()
         _check_arguments(source, data_dir, batch_size, max_length, limit_train_samples, limit_eval_samples)
         self.save_hyperparameters()
-        self._splits: SplitDict[PairSplit] | None = None
+        self._splits: dict[str, PairSplit] | None = None
 
     # ---- metadata the model and the demo read
 
@@ -121,13 +121,13 @@ class SentencePairDataModule(TokenizedTextDataModule):
         return len(self.class_names)
 
     @property
-    def splits(self) -> SplitDict[PairSplit]:
+    def splits(self) -> dict[str, PairSplit]:
         """Raw text of the train / val / test splits, after the sample limits."""
         if self._splits is None:
             raw = self._load_raw_splits()
             limits = {"train": self.hparams.limit_train_samples, "val": self.hparams.limit_eval_samples,
                       "test": self.hparams.limit_eval_samples}
-            self._splits = SplitDict({name: raw[name].head(limit) for name, limit in limits.items()})
+            self._splits = {name: raw[name].head(limit) for name, limit in limits.items()}
             for name, part in self._splits.items():
                 if len(part) == 0:
                     raise ValueError(f"the {name} split of source {self.hparams.source!r} has no examples")
@@ -135,7 +135,7 @@ class SentencePairDataModule(TokenizedTextDataModule):
         return self._splits
 
     def class_counts(self, split: str = "val") -> dict[str, int]:
-        """Number of examples of each class in a split ('train', 'val' or 'test'; 'validation' is deprecated)."""
+        """Number of examples of each class in a split ('train', 'val' or 'test')."""
         counts = Counter(self.splits[resolve_split(split)].labels)
         return {name: counts.get(i, 0) for i, name in enumerate(self.class_names)}
 

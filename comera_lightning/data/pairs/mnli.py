@@ -16,7 +16,6 @@ from typing import IO, Any
 
 from comera_lightning.data.errors import empty_file_error, utf8_error
 from comera_lightning.data.pairs.split import PairSplit
-from comera_lightning.data.splits import SplitDict
 
 __all__ = [
     "MNLI_FIELDS",
@@ -162,7 +161,7 @@ def load_mnli_dir(data_dir: str | os.PathLike[str]) -> dict[str, PairSplit]:
                     f"MNLI data_dir {str(root)!r} has {files['train']} but lacks {', '.join(missing)}; "
                     f"expected {', '.join(files.values())}"
                 )
-            return SplitDict({split: reader(root / name) for split, name in files.items()})
+            return {split: reader(root / name) for split, name in files.items()}
     raise FileNotFoundError(
         f"MNLI data_dir {str(root)!r} holds neither the GLUE TSV layout ({', '.join(MNLI_TSV_FILES.values())}) "
         f"nor the JSONL layout ({', '.join(MNLI_JSONL_FILES.values())})"
@@ -186,7 +185,7 @@ def load_mnli_hub() -> dict[str, PairSplit]:
             f"could not load glue/mnli from the Hugging Face hub ({type(err).__name__}: {err}); "
             "check the network connection, or download MNLI and use source='mnli' with data_dir=..."
         ) from err
-    result: SplitDict[PairSplit] = SplitDict()
+    result: dict[str, PairSplit] = {}
     for split, hub_split in _HUB_SPLITS:
         part = PairSplit()
         rows = hub[hub_split]

@@ -1,0 +1,94 @@
+"""What the schedule's decisions do to a run: the stage switch, a prune, a refreshed L₀ (docs/DESIGN.md, "where a prune goes").
+
+:class:`~comera_lightning.schedule.StageSchedule` only decides (``"switch"``, ``"prune"``,
+``"finish"``); :class:`StageEvents` carries a decision out on the Trainer's module, optimizers and
+strategy, and says what happened. ``ComeraCallback`` owns one and calls it from its hooks.
+"""
+
+from __future__ import annotations
+
+import lightning.pytorch as pl
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
+
+from comera_lightning.callback.metrics import log_rank_table
+from comera_lightning.callback.trainer import mean_over_ranks, rewrap_ddp
+from comera_lightning.optim.gates import GateOptimizer
+from comera_lightning.rank import PruneSummary, prune_
+from comera_lightning.schedule import ComeraObjective, LossTarget, StageSchedule
+from comera_lightning.strategy.protocol import ResizeListener
+
+__all__ = ["PRUNE_REASONS", "StageEvents", "warn_rank0"]
+
+#: Why each schedule event prunes (the info line says it).
+PRUNE_REASONS = {"switch": "stage switch", "prune": "interval", "finish": "end of late stage"}
+
+
+class StageEvents:
+    """The schedule's events carried out on a run: the switch fixes L₀, S and S₀; every event prunes; the finish ends the late stage."""
+
+    def __init__(self, schedule: StageSchedule, objective: ComeraObjective, loss_target: LossTarget, gates: GateOptimizer) -> None:
+        self.schedule, self.objective, self.loss_target, self.gates = schedule, objective, loss_target, gates
+        self.rank0_reported: set[str] = set()  # layers already warned about
+
+    def announce(self, max_epochs: int | None) -> None:
+        """Fix the default early stage from the Trainer's ``max_epochs``; say how long it is, or why nothing will be compressed."""
+        infos, warnings_ = self.schedule.resolve(max_epochs)
+        for message in infos:
+            rank_zero_info(f"ComeraCallback: {message}")
+        for message in warnings_:
+            rank_zero_warn(f"ComeraCallback: {message}")
+
+    def end_batch(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """After a training batch: the step-based event due, if any."""
+        self.carry_out(self.schedule.after_batch(trainer.global_step), trainer, pl_module, trainer.current_epoch + 1)
+
+    def end_epoch(self, trainer: pl.Trainer, pl_module: pl.LightningModule, epochs_done: int) -> None:
+        """After ``epochs_done`` epochs (their validation included): the epoch-based event due, then the W&B rank table."""
+        self.carry_out(self.schedule.after_epoch(epochs_done), trainer, pl_module, epochs_done)
+        log_rank_table(trainer)
+
+    def carry_out(self, event: str | None, trainer: pl.Trainer, pl_module: pl.LightningModule, epochs_done: int) -> None:
+        """Do what the schedule decided: switch (then prune), prune, or prune and end the late stage."""
+        if event == "switch":
+            self.objective.enter_late(mean_over_ranks(trainer, self.loss_target.resolve(trainer.callback_metrics)))
+            self.schedule.enter_late(epochs_done, trainer.global_step)
+            rank_zero_info(f"ComeraCallback: late stage from step {trainer.global_step}: {self.objective.describe()}.")
+        if event is not None:
+            summary = self.prune(trainer, pl_module, PRUNE_REASONS[event])
+            self.rank0_reported = warn_rank0(summary.ranks, self.rank0_reported)
+        if event == "finish":
+            self.schedule.enter_final()
+            rank_zero_info(f"ComeraCallback: late stage done at step {trainer.global_step}; training on the task loss only.")
+
+    def prune(self, trainer: pl.Trainer, pl_module: pl.LightningModule, reason: str) -> PruneSummary:
+        """Slice dead ranks out of the module and every optimizer's state, re-wrap DDP, tell the strategy, say what went."""
+        summary = prune_(pl_module, [*trainer.optimizers, *self.gates.optimizers()])
+        self.schedule.record_prune(trainer.global_step)
+        if summary.removed:
+            rewrap_ddp(trainer)
+        if isinstance(trainer.strategy, ResizeListener):
+            trainer.strategy.on_parameters_resized()  # e.g. CUDAGraphStrategy re-captures
+        rank_zero_info(
+            f"ComeraCallback: prune ({reason}) at step {trainer.global_step}: "
+            f"{summary.parameters_before:,} → {summary.parameters_after:,} parameters."
+        )
+        return summary
+
+    def refresh_loss_target(self, trainer: pl.Trainer) -> None:
+        """A validation at the step of a step-based switch ran after it: take L₀ from it, as an epoch-based switch would."""
+        at_switch = self.schedule.stage == "late" and self.schedule.late_start_step == trainer.global_step
+        if self.loss_target.refreshable and at_switch and not trainer.sanity_checking:
+            self.objective.loss_target = mean_over_ranks(trainer, self.loss_target.resolve(trainer.callback_metrics))
+            rank_zero_info(f"ComeraCallback: L₀={self.objective.loss_target:.4f} from the validation at the stage switch.")
+
+
+def warn_rank0(ranks: dict[str, tuple[int, ...]], reported: set[str]) -> set[str]:
+    """Warn once per layer whose bond reached rank 0 (it then adds only its bias), and when all did; returns all reported."""
+    dead = {name for name, bonds in ranks.items() if 0 in bonds}
+    if dead - reported:
+        everything = " Every tensorized layer is pruned to zero: the model ignores their inputs." if dead == set(ranks) else ""
+        rank_zero_warn(
+            f"ComeraCallback: {sorted(dead - reported)} pruned to rank 0 on a bond: each now outputs its bias only."
+            f"{everything} If that is too much, raise target_ratio or lower gate_lr / rank_weight."
+        )
+    return reported | dead
