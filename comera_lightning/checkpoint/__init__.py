@@ -15,6 +15,10 @@ from typing import Any, TypeVar
 
 from torch import nn
 
+from comera_lightning.rank import tt_layers
+from comera_lightning.tensorize import tensorize
+from comera_lightning.tensorize.config import TensorizeConfig
+
 __all__ = ["install_checkpoint_loading", "tensorized_checkpoints", "restore_tensorized"]
 
 ModuleType = TypeVar("ModuleType", bound=type)
@@ -28,10 +32,6 @@ def restore_tensorized(module: nn.Module, checkpoint: dict[str, Any]) -> bool:
     checkpoint into a tensorized run, other ``target_modules``) fails here with one clear error
     instead of a list of raw missing keys.
     """
-    from comera_lightning.rank import tt_layers
-    from comera_lightning.tensorize import tensorize
-    from comera_lightning.tensorize.config import TensorizeConfig
-
     config = checkpoint.get("comera", {}).get("tensorize")
     restored = bool(config) and not tt_layers(module)
     if restored:

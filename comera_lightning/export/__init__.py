@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from comera_lightning.export.dlrm import dense_input_dlrm, is_dlrm
 from comera_lightning.export.forms import embedding_form, linear_form
 from comera_lightning.layers import TTEmbedding, TTLinear, TTModule
 from comera_lightning.rank import tt_layers
@@ -32,8 +33,6 @@ def inference_copy(model: nn.Module, example_inputs: Sequence[Any] = ()) -> nn.M
     A ``DLRMClassifier`` (or a TorchRec ``DLRM``) becomes its dense-tensor entry point
     (``dlrm.DenseInputDLRM``): ``(dense (B, num_dense), ids (B, features, L))``, -1 = no id.
     """
-    from comera_lightning.export.dlrm import dense_input_dlrm, is_dlrm
-
     if is_dlrm(model):
         return dense_input_dlrm(model)
     trainer = getattr(model, "_trainer", None)
