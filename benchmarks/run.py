@@ -41,7 +41,7 @@ SCRIPTS: dict[str, tuple[str, str, list[str], list[str]]] = {
     "optimizers": ("benchmarks.training.optimizer_memory", "optimizer_memory", ["--timed-steps", "3", "--steps", "100", "--seeds", "1",
                                                                            "--peak-batch", "2", "--peak-steps", "1"], []),
     "dlrm": ("benchmarks.training.dlrm_memory", "dlrm_memory", ["--dims", "16", "--steps", "2", "--warmup", "1"], []),
-    "inference": ("benchmarks.inference.latency.latency", "inference", ["--quick"], []),
+    "inference": ("benchmarks.inference.latency", "inference", ["--quick"], []),
 }
 #: The workload configs of the compression comparison (the same through ``make demo``).
 WORKLOADS = {
