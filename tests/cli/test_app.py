@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 import re
 import subprocess
@@ -12,7 +13,7 @@ import pytest
 import torch
 import yaml
 
-from comera_lightning import ComeraCallback
+from comera_lightning import ComeraCallback, TensorizeConfig
 from comera_lightning.cli import main
 from comera_lightning.cli.app import ComeraCLI, resolve_wandb_mode
 from comera_lightning.cli.wandb_run import ComeraWandbLogger
@@ -140,19 +141,28 @@ def test_a_run_resumed_from_the_cli_ends_where_the_uninterrupted_run_ends(tmp_pa
         torch.testing.assert_close(b, a, rtol=0, atol=1e-5, msg=name)
 
 
-def test_every_comera_option_has_a_description_in_help(capsys: pytest.CaptureFixture[str]) -> None:
+def _help_options(args: list[str], capsys: pytest.CaptureFixture[str]) -> dict[str, str]:
+    """``comera-lightning <args> --help``: each ``--comera*`` option's help text, wrapped lines joined."""
     with pytest.raises(SystemExit) as exit_info:
-        main(["fit", "--config", "transformer_tiny", "--help"])
+        main([*args, "--help"])
     assert exit_info.value.code == 0
     options: dict[str, str] = {}
     current = None
     for line in capsys.readouterr().out.splitlines():
         if line.startswith("  --comera"):
             current, _, rest = line.strip().partition("  ")
-            options[current] = rest
+            options[current.split(",")[0].split()[0]] = rest
         elif current is not None and line.startswith(" " * 24):
-            options[current] += " " + line.strip()
+            options[current.split(",")[0].split()[0]] += " " + line.strip()
         else:
             current = None
+    return options
+
+
+def test_every_comera_and_tensorize_option_has_a_description_in_help(capsys: pytest.CaptureFixture[str]) -> None:
+    options = _help_options(["fit"], capsys)
+    expected = [f"--comera.{p}" for p in inspect.signature(ComeraCallback).parameters]
+    expected += [f"--comera.tensorize.{name}" for name in TensorizeConfig.option_names()]
+    assert not [name for name in expected if name not in options], "options missing from fit --help"
     undescribed = [name for name, text in options.items() if not re.sub(r"\(type: .*", "", text).strip()]
-    assert len(options) >= 20 and not undescribed, undescribed
+    assert not undescribed, undescribed
