@@ -2,18 +2,23 @@
 
 ``--config transformer_tiny`` (or ``transformer_tiny.yaml``) names a bundled config; any argument
 that is an existing file is used as given, so ``--config configs/transformer_tiny.yaml`` in a
-checkout and ``--config my_run.yaml`` keep working.
+checkout and ``--config my_run.yaml`` keep working. With ``--help``, the values of the configs given
+are shown as the defaults (:func:`show_configs_in_help`).
 """
 
 from __future__ import annotations
 
+import argparse
+import glob
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
-__all__ = ["CONFIG_DIR", "bundled_configs", "resolve_config", "resolve_config_args"]
+__all__ = ["CONFIG_DIR", "bundled_configs", "given_configs", "resolve_config", "resolve_config_args", "show_configs_in_help"]
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 _CONFIG_FLAGS = ("-c", "--config")
+_HELP_FLAGS = ("-h", "--help")
 
 
 def bundled_configs() -> list[str]:
@@ -45,3 +50,39 @@ def resolve_config_args(args: Sequence[str]) -> list[str]:
         elif arg.startswith("--config="):
             out[i] = "--config=" + resolve_config(arg.split("=", 1)[1])
     return out
+
+
+def given_configs(args: Sequence[str]) -> list[str]:
+    """The ``--config`` values in ``args``, in order."""
+    found = [args[i + 1] for i, arg in enumerate(args[:-1]) if arg in _CONFIG_FLAGS]
+    return found + [arg.split("=", 1)[1] for arg in args if arg.startswith("--config=")]
+
+
+def show_configs_in_help(parser: Any, args: Sequence[str]) -> None:
+    """With ``--help`` in ``args``: ``parser``'s help shows the given configs' values as the defaults.
+
+    The run ends with the help, so the parser's defaults can be overwritten; jsonargparse reads the
+    files (as it does its ``default_config_files``). A config that fails to load is left to the parse
+    to report, and the help shows the class defaults.
+    """
+    configs = given_configs(args)
+    if not configs or not any(arg in _HELP_FLAGS for arg in args):
+        return
+    parser.default_config_files = [glob.escape(str(Path(c).expanduser())) for c in configs]
+    try:
+        defaults = parser.get_defaults()
+    except argparse.ArgumentError:
+        return
+    finally:
+        parser.default_config_files = []
+    for action in parser._actions:
+        if action.default != argparse.SUPPRESS and action.dest in defaults:
+            action.default = _plain(defaults[action.dest])
+    parser.description = f"{parser.description or ''}\n\nThe defaults shown are the values of --config {' '.join(configs)}."
+
+
+def _plain(value: Any) -> Any:
+    """``value`` with jsonargparse's namespaces turned into dicts, as the help prints them."""
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value.as_dict() if hasattr(value, "as_dict") else value

@@ -67,7 +67,23 @@ class ComeraArgumentParser(LightningArgumentParser):
         group = next(g for g in sub._action_groups if any(a.dest.startswith(dest + ".") for a in g._group_actions))
         group._group_actions = [a for a in group._group_actions if a.dest.startswith(dest + ".")]
         group.title = f"{group.title} (--{dest}.*)"
+        given = _field_values(next(a.default for a in self._actions if a.dest == dest))  # e.g. a config's, for --help
+        for action in group._group_actions:
+            field = action.dest[len(dest) + 1:]
+            if field in given:
+                action.default = given[field]
         return group
+
+
+def _field_values(value: Any) -> dict[str, Any]:
+    """The fields set by a nested dataclass argument's default: a dataclass, a dict or a (class_path, init_args) namespace."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    if hasattr(value, "as_dict"):  # jsonargparse's Namespace
+        value = value.as_dict()
+    if isinstance(value, dict):
+        return dict(value.get("init_args", value))
+    return {}
 
 
 def _nested_dataclass(action: Any) -> type | None:

@@ -166,3 +166,15 @@ def test_every_comera_and_tensorize_option_has_a_description_in_help(capsys: pyt
     assert not [name for name in expected if name not in options], "options missing from fit --help"
     undescribed = [name for name, text in options.items() if not re.sub(r"\(type: .*", "", text).strip()]
     assert not undescribed, undescribed
+
+
+def test_help_after_configs_shows_their_values_as_the_defaults(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    own = tmp_path / "own.yaml"
+    own.write_text("comera:\n  gate_lr: 0.05\n")
+    plain = _help_options(["fit"], capsys)
+    given = _help_options(["fit", "--config", "transformer_tiny", "--config", str(own)], capsys)
+    defaults = {name: {k: m.group(1) for k in o if (m := re.search(r"default: ([^)]*)\)", o[k]))} for name, o in (("plain", plain), ("given", given))}
+    assert defaults["plain"]["--comera.target_ratio"] == "0.2" and defaults["given"]["--comera.target_ratio"] == "0.3"
+    assert defaults["plain"]["--comera.tensorize.max_rank"] == "30" and defaults["given"]["--comera.tensorize.max_rank"] == "16"
+    assert defaults["given"]["--comera.gate_lr"] == "0.05", "the later config wins"
+    assert defaults["plain"]["--comera.tensorize.num_cores"] == defaults["given"]["--comera.tensorize.num_cores"] == "3"
