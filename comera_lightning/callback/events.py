@@ -79,7 +79,17 @@ class StageEvents:
         at_switch = self.schedule.stage == "late" and self.schedule.late_start_step == trainer.global_step
         if self.loss_target.refreshable and at_switch and not trainer.sanity_checking:
             self.objective.loss_target = mean_over_ranks(trainer, self.loss_target.resolve(trainer.callback_metrics))
+            self.objective.guard.start(self.objective.loss_target)
             rank_zero_info(f"ComeraCallback: L₀={self.objective.loss_target:.4f} from the validation at the stage switch.")
+
+    def guard_quality(self, trainer: pl.Trainer) -> None:
+        """Guarded late stage, after a validation: pause rank shrinking while the loss is worse than its best, resume after."""
+        after_switch = self.schedule.stage == "late" and trainer.global_step > (self.schedule.late_start_step or 0)
+        if self.objective.late != "guarded" or not after_switch or trainer.sanity_checking:
+            return
+        change = self.objective.guard.after_validation(mean_over_ranks(trainer, self.loss_target.resolve(trainer.callback_metrics)))
+        if change is not None:
+            rank_zero_info(f"ComeraCallback: {change}.")
 
 
 def warn_rank0(ranks: dict[str, tuple[int, ...]], reported: set[str]) -> set[str]:

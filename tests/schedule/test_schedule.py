@@ -16,9 +16,9 @@ def tt_model_layers():
     return [m for _, m in tt_layers(model)]
 
 
-def test_objective_formulas_per_stage():
+def test_objective_formulas_per_stage_paper_late_stage():
     layers = tt_model_layers()
-    objective = ComeraObjective(rank_weight=0.25, loss_weight=0.1, size_weight=0.01)
+    objective = ComeraObjective(rank_weight=0.25, loss_weight=0.1, size_weight=0.01, late="paper")
     objective.bind(layers)
     loss = torch.tensor(2.0)
     gates = torch.cat([g for layer in layers for g in layer.gates])
