@@ -168,13 +168,21 @@ def test_every_comera_and_tensorize_option_has_a_description_in_help(capsys: pyt
     assert not undescribed, undescribed
 
 
+def _help_defaults(args: list[str], capsys: pytest.CaptureFixture[str]) -> dict[str, str]:
+    """The ``default: ...`` each ``--comera*`` option shows in ``<args> --help``."""
+    return {k: m.group(1) for k, text in _help_options(args, capsys).items() if (m := re.search(r"default: ([^)]*)\)", text))}
+
+
 def test_help_after_configs_shows_their_values_as_the_defaults(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    own = tmp_path / "own.yaml"
-    own.write_text("comera:\n  gate_lr: 0.05\n")
-    plain = _help_options(["fit"], capsys)
-    given = _help_options(["fit", "--config", "transformer_tiny", "--config", str(own)], capsys)
-    defaults = {name: {k: m.group(1) for k in o if (m := re.search(r"default: ([^)]*)\)", o[k]))} for name, o in (("plain", plain), ("given", given))}
-    assert defaults["plain"]["--comera.target_ratio"] == "0.2" and defaults["given"]["--comera.target_ratio"] == "0.3"
-    assert defaults["plain"]["--comera.tensorize.max_rank"] == "30" and defaults["given"]["--comera.tensorize.max_rank"] == "16"
-    assert defaults["given"]["--comera.gate_lr"] == "0.05", "the later config wins"
-    assert defaults["plain"]["--comera.tensorize.num_cores"] == defaults["given"]["--comera.tensorize.num_cores"] == "3"
+    first, second = tmp_path / "first.yaml", tmp_path / "second.yaml"
+    first.write_text("comera:\n  target_ratio: 0.37\n  tensorize:\n    max_rank: 7\n")
+    second.write_text("comera:\n  target_ratio: 0.41\n")
+    plain = _help_defaults(["fit"], capsys)
+    given = _help_defaults(["fit", "--config", str(first), "--config", str(second)], capsys)
+    assert plain["--comera.target_ratio"] == str(inspect.signature(ComeraCallback).parameters["target_ratio"].default)
+    assert plain["--comera.tensorize.max_rank"] == str(TensorizeConfig().max_rank).replace("None", "null")
+    assert given["--comera.target_ratio"] == "0.41", "the later config wins"
+    assert given["--comera.tensorize.max_rank"] == "7"
+    assert given["--comera.tensorize.num_cores"] == plain["--comera.tensorize.num_cores"] == str(TensorizeConfig().num_cores)
+    bundled = yaml.safe_load((ROOT / "configs" / "transformer_tiny.yaml").read_text())["comera"]
+    assert _help_defaults(["fit", "--config", "transformer_tiny"], capsys)["--comera.target_ratio"] == str(bundled["target_ratio"])
