@@ -45,7 +45,7 @@ from lightning.pytorch.utilities import rank_zero_info
 
 from comera_lightning._optional import require
 from comera_lightning.callback import ComeraCallback
-from comera_lightning.cli.config_files import resolve_config_args, show_configs_in_help
+from comera_lightning.cli.config_files import config_help, resolve_config_args, show_configs_in_help
 from comera_lightning.cli.parser import ComeraArgumentParser
 from comera_lightning.cli.wandb_run import ComeraWandbLogger, upload_fit_images, write_summary
 
@@ -117,6 +117,12 @@ class ComeraCLI(LightningCLI):
         kwargs.setdefault("subclass_mode_data", True)
         kwargs.setdefault("auto_configure_optimizers", False)  # the models build their own (param groups)
         super().__init__(args=args, run=run, **kwargs)
+
+    def init_parser(self, **kwargs: Any) -> LightningArgumentParser:
+        """LightningCLI's parser, with a ``--config`` help that names the bundled configs."""
+        parser = super().init_parser(**kwargs)
+        next(a for a in parser._actions if a.dest == "config").help = config_help()
+        return parser
 
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
         """Parse as LightningCLI does; ``--help`` after ``--config`` shows that config's values as the defaults."""

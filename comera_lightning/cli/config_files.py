@@ -9,12 +9,13 @@ are shown as the defaults (:func:`show_configs_in_help`).
 from __future__ import annotations
 
 import argparse
+import difflib
 import glob
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CONFIG_DIR", "bundled_configs", "given_configs", "resolve_config", "resolve_config_args", "show_configs_in_help"]
+__all__ = ["CONFIG_DIR", "bundled_configs", "config_help", "given_configs", "resolve_config", "resolve_config_args", "show_configs_in_help"]
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 _CONFIG_FLAGS = ("-c", "--config")
@@ -24,6 +25,15 @@ _HELP_FLAGS = ("-h", "--help")
 def bundled_configs() -> list[str]:
     """Names of the configs shipped with the package (``transformer_tiny``, ...)."""
     return sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))
+
+
+def config_help() -> str:
+    """The ``--config`` option's help: files or bundled names, and which names there are."""
+    return (
+        f"A YAML config file, or the name of a bundled one: {', '.join(bundled_configs())}. "
+        "Given again, later ones override earlier ones; options after it override both. "
+        "With --help, the defaults shown are the config's values."
+    )
 
 
 def resolve_config(value: str) -> str:
@@ -36,8 +46,10 @@ def resolve_config(value: str) -> str:
     # "configs/x.yaml" run outside the checkout also means the bundled x: that is where configs/ points.
     if bundled.is_file() and Path(value).parent.name in ("", "configs"):
         return str(bundled)
+    near = difflib.get_close_matches(stem, bundled_configs(), n=1, cutoff=0.6)
+    hint = f"; did you mean {near[0]}?" if near else "."
     raise FileNotFoundError(
-        f"--config {value}: no such file, and no bundled config of that name (bundled: {', '.join(bundled_configs())})."
+        f"--config {value}: no such file, and no bundled config of that name{hint} (bundled: {', '.join(bundled_configs())})"
     )
 
 
