@@ -108,9 +108,9 @@ def fit(system: str, spec: ModelSpec, settings: RaceSettings, data: Any, steps: 
 
     torch.set_num_threads(settings.threads)
     L.seed_everything(settings.seed, verbose=False)
-    steps = steps or settings.steps
-    per_epoch = max(1, settings.steps // settings.epochs)
-    epochs = max(1, round(steps / per_epoch))
+    per_epoch = max(1, settings.steps // settings.epochs)  # validation after every epoch: the curve's points
+    epochs = settings.epochs if steps is None else max(1, round(steps / per_epoch))
+    steps = per_epoch * epochs if steps is None else steps
     module = CausalLM(spec, data.vocab_size, settings.block_size, lr=settings.lr, **module_options)
     curve = Curve(module.measure_step)
     callbacks = [curve, comera_callback(settings)] if system == "comera" else [curve]
@@ -220,9 +220,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def settings_of(args: argparse.Namespace) -> RaceSettings:
     given = {f.name: getattr(args, f.name) for f in fields(RaceSettings) if f.type in ("int", "float")
              and getattr(args, f.name) is not None}
-    preset = QUICK if args.quick else {}
-    return RaceSettings(**{**preset, **given},
-                        comera=_options(args.comera), tensorize=_options(args.tensorize), galore=_options(args.galore))
+    settings = RaceSettings(**{**(QUICK if args.quick else {}), **given},
+                            comera=_options(args.comera), tensorize=_options(args.tensorize), galore=_options(args.galore))
+    if settings.steps < settings.epochs:
+        raise SystemExit(f"--steps {settings.steps} is fewer than --epochs {settings.epochs} (one validation per epoch)")
+    if settings.steps % settings.epochs:
+        settings.steps -= settings.steps % settings.epochs
+        print(f"steps rounded down to {settings.steps}, a multiple of {settings.epochs} epochs", file=sys.stderr)
+    return settings
 
 
 def _revision() -> str | None:
