@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -44,7 +45,7 @@ from lightning.pytorch.utilities import rank_zero_info
 
 from comera_lightning._optional import require
 from comera_lightning.callback import ComeraCallback
-from comera_lightning.cli.config_files import resolve_config_args
+from comera_lightning.cli.config_files import config_help, resolve_config_args, show_configs_in_help
 from comera_lightning.cli.parser import ComeraArgumentParser
 from comera_lightning.cli.wandb_run import ComeraWandbLogger, upload_fit_images, write_summary
 
@@ -116,6 +117,20 @@ class ComeraCLI(LightningCLI):
         kwargs.setdefault("subclass_mode_data", True)
         kwargs.setdefault("auto_configure_optimizers", False)  # the models build their own (param groups)
         super().__init__(args=args, run=run, **kwargs)
+
+    def init_parser(self, **kwargs: Any) -> LightningArgumentParser:
+        """LightningCLI's parser, with a ``--config`` help that names the bundled configs."""
+        parser = super().init_parser(**kwargs)
+        next(a for a in parser._actions if a.dest == "config").help = config_help()
+        return parser
+
+    def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
+        """Parse as LightningCLI does; ``--help`` after ``--config`` shows that config's values as the defaults."""
+        argv = sys.argv[1:] if args is None else args
+        if isinstance(argv, (list, tuple)):
+            subcommand = next((a for a in argv if a in getattr(self, "_subcommand_parsers", {})), None)
+            show_configs_in_help(self._parser(subcommand), argv)
+        super().parse_arguments(parser, args)
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         """Add the ``comera:`` section, ``--dense``, ``--wandb``, ``--threads``, ``--test_after_fit`` and the data→model links."""

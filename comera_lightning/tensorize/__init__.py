@@ -16,12 +16,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
 from torch import nn
 
 from comera_lightning.layers import TensorizedModule
 from comera_lightning.rank import compression_stats
 from comera_lightning.tensorize import converters  # noqa: F401  (registers the built-in converters)
-from comera_lightning.tensorize.config import INIT_CHOICES, ModuleRules, TensorizeConfig
+from comera_lightning.tensorize.config import DEFAULT_EMBEDDING_RANK, INIT_CHOICES, ModuleRules, TensorizeConfig
+from comera_lightning.tensorize.attention import attention_blocks
 from comera_lightning.tensorize.heads import output_heads
 from comera_lightning.tensorize.registry import Converter, converter_for
 from comera_lightning.tensorize.rules import Rule, overrides_for
@@ -178,6 +180,7 @@ class _ModelScan:
     tied: dict[int, list[str]]  # weight id -> names of the modules holding it
     linears: list[str]
     heads: dict[str, str]  # output heads -> why they are taken for one
+    attention: list[str]  # name prefixes of attention blocks
 
     @classmethod
     def of(cls, model: nn.Module) -> _ModelScan:
@@ -190,7 +193,11 @@ class _ModelScan:
             if isinstance(weight, nn.Parameter):
                 tied.setdefault(id(weight), []).append(name)
         linears = [(n, m) for n, m in model.named_modules() if isinstance(m, nn.Linear)]
-        return cls(names_of, tied, [n for n, _ in linears], output_heads(model, linears))
+        return cls(names_of, tied, [n for n, _ in linears], output_heads(model, linears), attention_blocks(model))
+
+    def in_attention(self, name: str) -> bool:
+        """Whether ``name`` is an attention module or one of its projections."""
+        return any(name == block or name.startswith(block + ".") for block in self.attention)
 
     def head_reason(self, name: str) -> str | None:
         """Why ``name`` is taken for an output head, or None."""
@@ -224,6 +231,8 @@ def _plan(
             continue
         inside.append(name + ".")  # decided here, with its children (an EmbeddingBagCollection's tables)
         reason = _skip_reason(name, module, converter, scan, targets.given, excludes)
+        if reason is None and not (targets.given or config.include_attention) and scan.in_attention(name):
+            reason = "attention projection: dense unless include_attention=True (or named in target_modules)"
         if reason is None:
             built = _build(name, module, converter, config)
             if built.compression_ratio() >= config.min_compression:
@@ -266,10 +275,22 @@ def _build(name: str, module: nn.Module, converter: Converter, config: Tensorize
         raise ValueError(
             f"layer_config keys {sorted(wrong)} do not apply to {name} ({type(module).__name__}); allowed: {sorted(converter.options)}."
         )
+    options = _resolve_rank({**converter.defaults(config), **overrides}, module)
     try:
-        return converter.build(module, {**converter.defaults(config), **overrides})
+        return converter.build(module, options)
     except ValueError as err:
         raise ValueError(f"cannot tensorize {name} ({type(module).__name__}): {err}") from err
+
+
+def _resolve_rank(options: dict[str, Any], module: nn.Module) -> dict[str, Any]:
+    """``max_rank`` None: ``rank_fraction`` of the smaller side of the module's weight (30 without a weight matrix)."""
+    fraction = options.pop("rank_fraction", None)
+    if options.get("max_rank") is None:
+        weight = getattr(module, "weight", None)
+        weight = weight if isinstance(weight, torch.Tensor) else getattr(module, "in_proj_weight", None)
+        side = min(weight.shape[-2:]) if isinstance(weight, torch.Tensor) and weight.dim() >= 2 else None
+        options["max_rank"] = max(1, round(fraction * side)) if side and fraction else DEFAULT_EMBEDDING_RANK
+    return options
 
 
 def _replace_everywhere(model: nn.Module, names: list[str], new: nn.Module) -> None:
