@@ -259,8 +259,8 @@ def _plan(
             continue
         inside.append(name + ".")  # decided here, with its children (an EmbeddingBagCollection's tables)
         reason = _skip_reason(name, module, converter, scan, targets.given, excludes)
-        if reason is None and not (targets.given or config.include_attention) and scan.in_attention(name):
-            reason = "attention projection: dense unless include_attention=True (or named in target_modules)"
+        if reason is None and not targets.given:
+            reason = _default_exclusion(name, module, config, scan)
         if reason is None:
             built = _build(name, module, converter, config)
             if built.compression_ratio() >= config.min_compression:
@@ -269,6 +269,15 @@ def _plan(
             reason = f"too small to gain ({built.compression_ratio():.2f}x < min_compression={config.min_compression})"
         report.skipped.append((name, reason))
     return swaps
+
+
+def _default_exclusion(name: str, module: nn.Module, config: TensorizeConfig, scan: _ModelScan) -> str | None:
+    """Why a module the default rules would take stays dense (attention, embedding tables), or None."""
+    if not config.include_attention and scan.in_attention(name):
+        return "attention projection: dense unless include_attention=True (or named in target_modules)"
+    if not config.include_embeddings and isinstance(module, nn.Embedding):
+        return "embedding table: dense unless include_embeddings=True (or named in target_modules)"
+    return None
 
 
 def _large_weight(module: nn.Module) -> str | None:
