@@ -209,7 +209,6 @@ class _ModelScan:
 
     names_of: dict[int, list[str]]  # every name under which a module is reachable
     tied: dict[int, list[str]]  # weight id -> names of the modules holding it
-    linears: list[str]
     heads: dict[str, str]  # output heads -> why they are taken for one
     attention: list[str]  # name prefixes of attention blocks
 
@@ -224,7 +223,7 @@ class _ModelScan:
             if isinstance(weight, nn.Parameter):
                 tied.setdefault(id(weight), []).append(name)
         linears = [(n, m) for n, m in model.named_modules() if isinstance(m, nn.Linear)]
-        return cls(names_of, tied, [n for n, _ in linears], output_heads(model, linears), attention_blocks(model))
+        return cls(names_of, tied, output_heads(model, linears), attention_blocks(model))
 
     def in_attention(self, name: str) -> bool:
         """Whether ``name`` is an attention module or one of its projections."""
