@@ -124,7 +124,7 @@ def fit(system: str, spec: ModelSpec, settings: RaceSettings, data: Any, steps: 
         "system": system, "model": spec.label(), "family": spec.family, "width": spec.width, "layers": spec.layers,
         "steps": trainer.global_step, "final_val_loss": curve.points[-1]["val_loss"], "curve": curve.points,
         "parameters": parameters(module), "tt_parameters": compression_stats(module).tt_parameters,
-        "memory": module.memory, "train_seconds": round(curve.train_seconds, 1), "wall_seconds": round(wall, 1),
+        "memory": module.memory, "train_seconds": round(curve.total_seconds, 1), "wall_seconds": round(wall, 1),
         "layer_sizes": layer_sizes(module.model),
     }
     return result, module
