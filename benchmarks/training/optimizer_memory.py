@@ -58,7 +58,7 @@ MIB = 2**20
 PEAK_MODELS = ("dense", "tensorized")
 PEAK_SEQ = 128
 #: The paper's layout (six-core trains, attention included), not the package's defaults: docs/METHOD.md §1.1.
-PAPER_LAYOUT = {"max_rank": 30, "num_cores": 3, "include_attention": True, "min_compression": 2.0}
+PAPER_LAYOUT = {"max_rank": 30, "num_cores": 3, "include_attention": True, "include_embeddings": True, "min_compression": 2.0}
 NUM_CLASSES = 3
 
 

@@ -42,12 +42,14 @@ from lightning.pytorch import LightningDataModule, LightningModule, Trainer
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.loggers import CSVLogger, Logger, WandbLogger
 from lightning.pytorch.utilities import rank_zero_info
+from lightning.pytorch.utilities.model_helpers import is_overridden
 
 from comera_lightning._optional import require
 from comera_lightning.callback import ComeraCallback
 from comera_lightning.cli.config_files import config_help, resolve_config_args, show_configs_in_help
 from comera_lightning.cli.parser import ComeraArgumentParser
 from comera_lightning.cli.wandb_run import ComeraWandbLogger, upload_fit_images, write_summary
+from comera_lightning.tensorize import RuleMatchError, check_rules
 
 __all__ = ["ComeraCLI", "finish_wandb", "latest_checkpoint", "resolve_wandb_mode", "write_compression_plot"]
 
@@ -171,7 +173,8 @@ class ComeraCLI(LightningCLI):
             require("comera_lightning.distributed", f"--trainer.strategy {TORCHREC_DMP}")  # registers the name
 
     def after_instantiate_classes(self) -> None:
-        """Keep Lightning from refusing to log when a linked value differs from the data module's own argument."""
+        """Check the target rules against the model now; keep Lightning's hyper-parameter logging from refusing a link."""
+        self._check_target_rules()
         model_hp = getattr(self.model, "hparams_initial", {})
         data_hp = getattr(self.datamodule, "hparams_initial", {})
         clashes = [k for k in DATA_TO_MODEL_LINKS if k in model_hp and k in data_hp and model_hp[k] != data_hp[k]]
@@ -181,6 +184,18 @@ class ComeraCLI(LightningCLI):
             self.datamodule._log_hyperparams = False
             values = ", ".join(f"{k}: data {data_hp[k]!r}, model {model_hp[k]!r}" for k in clashes)
             rank_zero_info(f"Not sending the data module's hyper-parameters to the loggers ({values}); config.yaml has them.")
+
+    def _check_target_rules(self) -> None:
+        """A rule that names no module fails here, on one line, before data setup (a model built in configure_model: at setup)."""
+        comera = self._get(self.config_init, "comera", default=None)
+        if self._get(self.config, "dense") or not isinstance(comera, ComeraCallback):
+            return
+        if not is_overridden("configure_model", self.model, LightningModule):
+            try:
+                check_rules(self.model, comera.tensorize_config)
+            except RuleMatchError as err:
+                sys.stderr.write(f"error: comera: {err}\n")
+                raise SystemExit(2) from None
 
     def instantiate_trainer(self, **kwargs: Any) -> Trainer:
         """Build the Trainer with the CoMERA callback (unless ``--dense``) and the CSV/W&B loggers."""

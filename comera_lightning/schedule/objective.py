@@ -80,10 +80,10 @@ class ComeraObjective:
         if stage == "final":
             return task_loss
         size = active_size(self.layers).clamp_min(1.0)  # a model pruned to nothing must not divide by zero
-        if self.late == "guarded":
+        if self.late == "guarded":  # each bond's strongest rank is spared: the size term never cuts a layer off
             lam = self.guard.pressure(loss) * (size > self.size_target).to(loss.dtype)
             self.last.update(self._keep(lam=lam, active_size=size))
-            return task_loss + lam * surrogate
+            return task_loss + lam * size_surrogate(self.layers, self.surrogate, self.normalizer, spare_strongest=True)
         lam = ((loss - self.loss_target) / loss < (size - self.size_target) / size).to(loss.dtype)
         self.last.update(self._keep(lam=lam, active_size=size))
         return self.loss_weight * task_loss + self.size_weight * surrogate + lam * surrogate + (1 - lam) * task_loss

@@ -43,6 +43,9 @@ class TensorizeConfig:
             ``"svd"`` (TT-SVD of the current weights, for pretrained models).
         layer_config: per-layer overrides, ``{rule: {option: value}}``; a rule is a name, a dotted
             suffix, or ``"re:<regex>"``.
+        include_embeddings: with ``target_modules`` None, tensorize ``nn.Embedding`` tables too (they stay
+            dense by default: a lookup costs no compute, and a TT token table cost a language model 4 % of
+            its loss in docs/TUNING.md's race; TorchRec collections are tensorized either way).
         include_attention: with ``target_modules`` None, tensorize attention projections too (they stay
             dense by default: compressing them costs language models the most quality, docs/TUNING.md).
         min_compression: layers that would compress less than this stay dense.
@@ -58,6 +61,7 @@ class TensorizeConfig:
     embedding_num_cores: int = 4
     init: str = "random"
     layer_config: Union[dict[str, dict[str, Any]], None] = None
+    include_embeddings: bool = False
     include_attention: bool = False
     min_compression: float = 1.5
     gate_threshold: float = 1e-2
@@ -74,8 +78,9 @@ class TensorizeConfig:
         _check_ranks("embedding_num_cores", self.embedding_num_cores)
         if self.init not in INIT_CHOICES:
             raise ValueError(f"init={self.init!r} is not supported; choose one of {INIT_CHOICES}.")
-        if not isinstance(self.include_attention, bool):
-            raise TypeError(f"include_attention must be True or False, got {self.include_attention!r}.")
+        for name in ("include_embeddings", "include_attention"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"{name} must be true or false, got {getattr(self, name)!r}.")
         check_number("min_compression", self.min_compression, 0.0)
         check_number("gate_threshold", self.gate_threshold, 0.0, 1.0, high_open=True)
         _check_layer_config(self.layer_config or {})

@@ -186,3 +186,26 @@ def test_help_after_configs_shows_their_values_as_the_defaults(tmp_path: Path, c
     assert given["--comera.tensorize.num_cores"] == plain["--comera.tensorize.num_cores"] == str(TensorizeConfig().num_cores)
     bundled = yaml.safe_load((ROOT / "configs" / "transformer_tiny.yaml").read_text())["comera"]
     assert _help_defaults(["fit", "--config", "transformer_tiny"], capsys)["--comera.target_ratio"] == str(bundled["target_ratio"])
+
+
+@pytest.mark.parametrize("rule, when", [("nonexistent", "before data setup"), ("ffn_norm", "at setup")])  # ffn_norm: a LayerNorm
+def test_a_target_rule_matching_nothing_fails_on_one_line_before_training(
+    rule: str, when: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from comera_lightning.data.pairs import SentencePairDataModule
+
+    monkeypatch.chdir(tmp_path)
+    if when == "before data setup":
+        monkeypatch.setattr(SentencePairDataModule, "setup", lambda *args, **kwargs: pytest.fail("the data was set up"))
+    monkeypatch.setattr(ComeraCallback, "objective", lambda *args, **kwargs: pytest.fail("a training step ran"))
+    config = ROOT / "configs" / "transformer_tiny.yaml"
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", *small(config), *FEW_STEPS, "--comera.target_modules", f"[{rule}]"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "Traceback" not in err
+    line = err.strip().splitlines()[-1]
+    assert line.startswith(f"error: comera: target_modules entries ['{rule}'] match no module of SentencePairClassifier that can be tensorized")
+    listed = line.split("closest first: ")[1].split(". ")[0]
+    assert "attention.query" in listed and "norm" not in listed and "dropout" not in listed
+    if rule == "ffn_norm":
+        assert listed.startswith("backbone.encoder.layers.{0,1}.ffn.")

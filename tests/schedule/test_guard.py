@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from comera_lightning.rank import active_size
+from comera_lightning.rank import active_size, size_surrogate
 from comera_lightning.schedule import ComeraObjective, QualityGuard
 from tests.schedule.test_schedule import tt_model_layers
 
@@ -18,9 +18,11 @@ def guarded_objective(tolerance=0.02):
 
 
 def test_guarded_late_stage_keeps_the_full_task_loss_and_adds_the_size_term_while_the_loss_holds():
-    objective, _, r = guarded_objective()
+    objective, layers, r = guarded_objective()
     loss = torch.tensor(2.0)
-    torch.testing.assert_close(objective(loss, "late"), loss + r)  # first step: the loss is its own best
+    spared = size_surrogate(layers, "mean", objective.normalizer, spare_strongest=True)
+    assert spared < r, "each bond's strongest gate is left out of the size term"
+    torch.testing.assert_close(objective(loss, "late"), loss + spared)  # first step: the loss is its own best
     assert float(objective.last["lam"]) == 1.0
     for _ in range(200):  # the running mean climbs 10 % above its best: λ = 0, the task loss alone
         objective(torch.tensor(2.2), "late")
