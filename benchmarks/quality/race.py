@@ -259,7 +259,7 @@ def main(argv: list[str] | None = None) -> None:
     data = data_module(settings)
     models = [ModelSpec.parse(m) for m in (args.models or (QUICK_MODELS if args.quick else FULL_MODELS)).split(",")]
     results: dict[str, Any] = {
-        "command": "python -m benchmarks.quality " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "command": "python -m benchmarks.quality " + " ".join(sys.argv[1:] if argv is None else argv).replace(f"{ROOT}/", ""),
         "machine": {**machine_basics(), "torch": torch.__version__, "transformers": transformers.__version__,
                     "platform": platform.platform(), "revision": _revision()},
         "settings": asdict(settings), "vocab_size": data.vocab_size, "models": {},
