@@ -109,7 +109,7 @@ def plot_quality(data: dict[str, Any], path: Path) -> Path:
             ax.plot([p["seconds"] for p in curve], [p["val_loss"] for p in curve], marker="o", markersize=3, label=label)
         budget = entry.get("summary", {}).get("budget_seconds")
         if budget:
-            ax.axvline(budget, color="gray", linestyle=":", linewidth=1)
+            ax.axvline(budget, color="gray", linestyle=":", linewidth=1, label="CoMERA's seconds")
         ax.set_title(model, fontsize=10)
         ax.set_xlabel("training seconds")
         ax.set_ylabel("validation loss (nats/token)")

@@ -104,30 +104,46 @@ class CausalLM(L.LightningModule):
 
 
 class Curve(L.Callback):
-    """Validation loss after every validation with the training seconds so far (validation excluded).
+    """Validation loss after every validation, with the training seconds so far.
 
-    The step measured under the profiler (``CausalLM.measure_step``) is counted as long as the step after it.
+    Training seconds: wall-clock from the start of training, validation excluded; everything else
+    counts (data loading, every callback's hooks, CoMERA's pruning). The step measured under the
+    profiler (``CausalLM.measure_step``) is counted as long as the step after it.
     """
 
     def __init__(self, measured_step: int = 1) -> None:
         self.points: list[dict[str, float]] = []
-        self.train_seconds = 0.0
         self.measured_step = measured_step
-        self._started = 0.0
-        self._owed = 0  # steps whose time is stood in for by the next one
+        self._begun = self._step_began = self._validation_began = 0.0
+        self._excluded = 0.0  # validation, and the profiler's extra time
+        self._measured = 0.0
+        self.total_seconds = 0.0  # training seconds of the whole fit, set when training ends
+
+    @property
+    def train_seconds(self) -> float:
+        return time.perf_counter() - self._begun - self._excluded
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._begun, self._excluded = time.perf_counter(), 0.0
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.total_seconds = self.train_seconds
 
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int) -> None:
-        self._started = time.perf_counter()
+        self._step_began = time.perf_counter()
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
-        seconds = time.perf_counter() - self._started
+        seconds = time.perf_counter() - self._step_began
         if trainer.global_step - 1 == self.measured_step:
-            self._owed += 1
-            return
-        self.train_seconds += seconds * (1 + self._owed)
-        self._owed = 0
+            self._measured = seconds
+        elif trainer.global_step - 2 == self.measured_step:
+            self._excluded += max(0.0, self._measured - seconds)
+
+    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._validation_began = time.perf_counter()
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._excluded += time.perf_counter() - self._validation_began
         if not trainer.sanity_checking:
             self.points.append({"step": trainer.global_step, "seconds": round(self.train_seconds, 2),
                                 "val_loss": round(float(trainer.callback_metrics["val/loss"]), 4),

@@ -75,7 +75,7 @@ def dense_parameters(spec: ModelSpec, vocab_size: int, block_size: int) -> int:
         return parameters(build_lm(spec, vocab_size, block_size))
 
 
-def narrow_width(spec: ModelSpec, target_params: int, vocab_size: int, block_size: int, multiple: int = 32) -> int:
+def narrow_width(spec: ModelSpec, target_params: int, vocab_size: int, block_size: int, multiple: int = 16) -> int:
     """The width (a multiple of ``multiple``, at most ``spec.width``) whose dense model is closest to ``target_params``."""
     widths = range(multiple, spec.width + 1, multiple)
     return min(widths, key=lambda w: abs(dense_parameters(spec.with_width(w), vocab_size, block_size) - target_params))

@@ -1,4 +1,4 @@
-"""The quality race: causal-LM pre-training with CoMERA against what a user would do instead.
+r"""The quality race: causal-LM pre-training with CoMERA against what a user would do instead.
 
 Random-init Hugging Face causal LMs (Llama- and GPT-2-style) learn next-token prediction on the
 package's code corpus (the Python standard library, byte-level BPE) inside one plain
@@ -7,8 +7,8 @@ process, same data, seed and steps, in this order:
 
 * ``dense``: the model as configured;
 * ``comera``: the same module with ``ComeraCallback()`` and its defaults (plus ``--comera key=value``);
-* ``narrow``: a dense model of the same family whose width (a multiple of 32; 16 with ``--quick``) gives the parameter
-  count closest to CoMERA's at the end;
+* ``narrow``: a dense model of the same family whose width (a multiple of 16, ``--narrow-multiple``)
+  gives the parameter count closest to CoMERA's at the end;
 * ``lowrank``: every layer CoMERA tensorized (``comera_lightning.rank.tt_layers``) replaced by a plain
   ``U·V`` of one rank, the largest whose parameters fit CoMERA's final count in those layers;
 * ``galore``: the dense model with ``pytorch_optimizer.GaLore`` (rank width/4 on the blocks' linear maps);
@@ -22,9 +22,17 @@ wall-clock (CoMERA's training seconds, each curve interpolated), relative to den
 validation loss against seconds, one curve per system, one panel per model; the markdown table
 printed at the end is the README's.
 
-    python -m benchmarks.quality --quick                          # tiny Llama, 60 steps, all systems (~1.5 min)
-    python -m benchmarks.quality --models llama:256:4 --out benchmarks/results/quality_llama.json
-    python -m benchmarks.quality --merge A.json B.json --out benchmarks/results/quality.json
+    python -m benchmarks.quality --quick        # a tiny Llama, 60 steps, all systems (about a minute)
+    python -m benchmarks.quality --models llama:256:4 --systems dense,comera --comera gate_lr=0.01
+
+The full race (four models, 400 steps each; a few hours in all on 2 cores, estimated) as two
+one-thread processes side by side, one per family, then merged into one JSON, PNG and table:
+
+    python -m benchmarks.quality --models llama:256:4,llama:512:4 --out benchmarks/results/quality_llama.json &
+    python -m benchmarks.quality --models gpt2:256:4,gpt2:512:4 --out benchmarks/results/quality_gpt2.json &
+    wait
+    python -m benchmarks.quality --out benchmarks/results/quality.json \
+        --merge benchmarks/results/quality_llama.json benchmarks/results/quality_gpt2.json
 
 Results go to ``benchmarks/results/quality[_quick].json`` and ``.png`` unless ``--out`` says otherwise.
 """
@@ -64,14 +72,14 @@ class RaceSettings:
     lr: float = 1e-3
     seed: int = 0
     threads: int = 1
-    narrow_multiple: int = 32
+    narrow_multiple: int = 16
     comera: dict[str, Any] = field(default_factory=dict)
     tensorize: dict[str, Any] = field(default_factory=dict)
     galore: dict[str, Any] = field(default_factory=dict)
 
 
 QUICK = {"steps": 60, "epochs": 4, "batch_size": 8, "block_size": 64, "vocab_size": 1024, "max_bytes": 1_500_000,
-         "val_batches": 8, "narrow_multiple": 16}
+         "val_batches": 8}
 QUICK_MODELS = "llama:128:2"
 
 
@@ -124,7 +132,7 @@ def fit(system: str, spec: ModelSpec, settings: RaceSettings, data: Any, steps: 
         "system": system, "model": spec.label(), "family": spec.family, "width": spec.width, "layers": spec.layers,
         "steps": trainer.global_step, "final_val_loss": curve.points[-1]["val_loss"], "curve": curve.points,
         "parameters": parameters(module), "tt_parameters": compression_stats(module).tt_parameters,
-        "memory": module.memory, "train_seconds": round(curve.train_seconds, 1), "wall_seconds": round(wall, 1),
+        "memory": module.memory, "train_seconds": round(curve.total_seconds, 1), "wall_seconds": round(wall, 1),
         "layer_sizes": layer_sizes(module.model),
     }
     return result, module
@@ -251,7 +259,7 @@ def main(argv: list[str] | None = None) -> None:
     data = data_module(settings)
     models = [ModelSpec.parse(m) for m in (args.models or (QUICK_MODELS if args.quick else FULL_MODELS)).split(",")]
     results: dict[str, Any] = {
-        "command": "python -m benchmarks.quality " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "command": "python -m benchmarks.quality " + " ".join(sys.argv[1:] if argv is None else argv).replace(f"{ROOT}/", ""),
         "machine": {**machine_basics(), "torch": torch.__version__, "transformers": transformers.__version__,
                     "platform": platform.platform(), "revision": _revision()},
         "settings": asdict(settings), "vocab_size": data.vocab_size, "models": {},
