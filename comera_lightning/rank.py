@@ -77,7 +77,7 @@ def size_surrogate(
         weights = gate_weights(layer) if kind == "size" else [1] * len(layer.gates)
         for gate, mask, weight in zip(layer.gates, layer.gate_masks(), weights):
             live = (gate * mask).float()
-            terms.append((live.sum() - (live.max() if spare_strongest else 0)) * weight)
+            terms.append((live.sum() - (live.max() if spare_strongest and live.numel() else 0)) * weight)
     return torch.stack(terms).sum() / max(denominator, 1.0)
 
 

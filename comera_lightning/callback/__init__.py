@@ -104,13 +104,11 @@ class ComeraCallback(Callback):
         self.loss_target = LossTarget(loss_target, loss_target_metric)
         self.gate_optimizer = GateOptimizer(gate_lr, follow_schedule=late_objective == "guarded")
         self.events = StageEvents(self.schedule, self.stage_objective, self.loss_target, self.gate_optimizer)
-        self.log_bond_ranks, self.check_finite_loss = log_bond_ranks, check_finite_loss
-        self.allow_manual_optimization = allow_manual_optimization
+        self.log_bond_ranks, self.check_finite_loss, self.allow_manual_optimization = log_bond_ranks, check_finite_loss, allow_manual_optimization
         self._trainer: pl.Trainer | None = None
         self._validated = False  # a (non-sanity) validation has run in this fit
         self._resume = ResumeState()  # a checkpoint's RNG and L₀ running mean, put back when training starts
 
-    # ------------------------------------------------------------------ read-outs
     stage = property(lambda self: self.schedule.stage, doc='``"early"``, ``"late"`` or ``"final"``.')
     prune_events = property(lambda self: self.schedule.prune_events, doc="How many prunes have run.")
     loss_target_value = property(lambda self: self.stage_objective.loss_target, doc="L₀ of the late stage (None before).")
@@ -209,8 +207,7 @@ class ComeraCallback(Callback):
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """Note that a validation ran; after a step-based switch, take L₀ from it; the guarded late stage checks quality."""
         self._validated = self._validated or not trainer.sanity_checking
-        self.events.refresh_loss_target(trainer)
-        self.events.guard_quality(trainer)
+        self.events.after_validation(trainer)
 
     # ------------------------------------------------------------------ checkpoints
     @override

@@ -76,6 +76,11 @@ class StageEvents:
         )
         return summary
 
+    def after_validation(self, trainer: pl.Trainer) -> None:
+        """After a validation: L₀ from it after a step-based switch; the guarded late stage's quality check."""
+        self.refresh_loss_target(trainer)
+        self.guard_quality(trainer)
+
     def refresh_loss_target(self, trainer: pl.Trainer) -> None:
         """A validation at the step of a step-based switch ran after it: take L₀ from it, as an epoch-based switch would."""
         at_switch = self.schedule.stage == "late" and self.schedule.late_start_step == trainer.global_step

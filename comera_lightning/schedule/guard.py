@@ -60,19 +60,17 @@ class QualityGuard:
 
     def pressure(self, loss: torch.Tensor) -> torch.Tensor:
         """λ for this step's detached task loss (0 or 1, on its device; no host sync)."""
-        if self._allowed is None or self.loss_average is None or self.loss_average.device != loss.device:
-            self._restart(loss)
+        if self.loss_average is None:  # the first step after the switch: the loss is its own best
+            self.loss_average, self.loss_best = loss.detach().clone(), loss.detach().clone()
         else:
+            if self.loss_average.device != loss.device:  # restored from a checkpoint (CPU), or moved
+                self.loss_average, self.loss_best = self.loss_average.to(loss.device), self.loss_best.to(loss.device)
             self.loss_average.mul_(self.smoothing).add_(loss, alpha=1 - self.smoothing)
             torch.minimum(self.loss_best, self.loss_average, out=self.loss_best)
+        if self._allowed is None or self._allowed.device != loss.device:
+            self._allowed = torch.full((), 0.0 if self.paused else 1.0, device=loss.device, dtype=loss.dtype)
         holds = (self.loss_average <= self.loss_best * (1 + self.tolerance)).to(loss.dtype)
         return holds * self._allowed
-
-    def _restart(self, loss: torch.Tensor) -> None:
-        """First step after the switch, a resume or a device change: the saved means (or this loss) on ``loss``'s device."""
-        self.loss_average = (self.loss_average if self.loss_average is not None else loss).detach().to(loss.device, loss.dtype).clone()
-        self.loss_best = (self.loss_best if self.loss_best is not None else loss).detach().to(loss.device, loss.dtype).clone()
-        self._allowed = torch.full((), 0.0 if self.paused else 1.0, device=loss.device, dtype=loss.dtype)
 
     def state_dict(self) -> dict[str, Any]:
         """The best validation loss, whether paused, and the running means (on CPU)."""
@@ -85,5 +83,5 @@ class QualityGuard:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore ``state_dict()`` output; the running means move to the loss's device at the next step."""
         self.best_validation, self.paused = state["best_validation"], bool(state["paused"])
-        self.loss_average, self.loss_best = state["loss_average"], state["loss_best"]
+        self.loss_average, self.loss_best = (None if t is None else t.clone() for t in (state["loss_average"], state["loss_best"]))
         self._allowed = None

@@ -28,8 +28,9 @@ class Tiny(nn.Module):
 
 
 def test_default_rules_swap_big_layers_and_leave_head_and_small_ones():
+    assert "include_embeddings" in dict(tensorize(Tiny(), max_rank=8).skipped)["embed"], "tables stay dense by default"
     model = Tiny()
-    report = tensorize(model, max_rank=8)
+    report = tensorize(model, max_rank=8, include_embeddings=True)
     assert isinstance(model.embed, TTEmbedding) and model.embed.padding_idx == 0
     assert isinstance(model.blocks[0].query, TTLinear) and isinstance(model.blocks[1].ffn, TTLinear)
     assert isinstance(model.classifier, nn.Linear) and isinstance(model.small, nn.Linear)
@@ -68,8 +69,8 @@ def test_per_layer_overrides():
 
 def test_idempotent_and_to_dense_roundtrip_preserves_function():
     model = Tiny().double()
-    tensorize(model, max_rank=8)
-    second = tensorize(model, max_rank=8)
+    tensorize(model, max_rank=8, include_embeddings=True)
+    second = tensorize(model, max_rank=8, include_embeddings=True)
     assert not second.swapped and second.already_tensorized
     ids = torch.randint(0, 1000, (3, 7))
     expected = model(ids)
