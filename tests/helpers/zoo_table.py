@@ -54,10 +54,12 @@ def left_dense(run: ZooRun) -> str:
     return "; ".join(f"{name.rsplit('.', 1)[-1]}: {reason.split(':')[0].split(' (')[0]}" for name, reason in run.report.skipped) or "—"
 
 
-def _check(value: bool | None, note: str = "") -> str:
+def _check(value: bool | None, note: str = "", known: str = "") -> str:
     if value is None:
         return "not run"
-    return ("yes" + (f" ({note})" if note else "")) if value else "**fails**"
+    if not value:
+        return "**fails**" + (f": {known}" if known else "")
+    return "yes" + (f" ({note})" if note else "")
 
 
 def _export_note(run: ZooRun, r: Row) -> str:
@@ -74,7 +76,7 @@ def row(r: Row) -> str:
     compression = (f"{run.report.layer_compression:.1f}× / {run.report.model_compression:.2f}× → pruned "
                    f"{run.compression_after_prune[0]:.1f}× / {run.compression_after_prune[1]:.2f}×")
     return (f"| {f.library} | {f.family} | {tensorized(run)} | {left_dense(run)} | {compression} | {_check(run.trained_ok())} | "
-            f"{_check(r.reload_ok)} | {_check(run.export_ok(), _export_note(run, r))} | {_check(r.compiled)} |")
+            f"{_check(r.reload_ok)} | {_check(run.export_ok(), _export_note(run, r))} | {_check(r.compiled, known=f.known_failures.get('compile', ''))} |")
 
 
 def write_table(path: Path, rows: dict[str, Row]) -> None:

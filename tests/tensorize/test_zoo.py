@@ -120,7 +120,13 @@ def test_exported_program_loads_in_a_new_process(key, runs, program_reloads):
     assert result["program"] <= run.tolerance(), f"loaded program: outputs differ by {result['program']:.3g}"
 
 
-@pytest.mark.parametrize("key", [k if k in COMPILED_BY_DEFAULT else pytest.param(k, marks=pytest.mark.slow) for k in KEYS])
+def _compile_marks(key: str) -> list:
+    marks = [] if key in COMPILED_BY_DEFAULT else [pytest.mark.slow]
+    known = BY_KEY[key].known_failures.get("compile")
+    return marks + ([pytest.mark.xfail(strict=True, reason=known)] if known else [])
+
+
+@pytest.mark.parametrize("key", [pytest.param(k, marks=_compile_marks(k)) for k in KEYS])
 def test_compiled_module_trains_a_step(key):
     family = _family(key)
     ROWS.setdefault(key, Row(family)).compiled = False
