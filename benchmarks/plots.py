@@ -98,6 +98,25 @@ def plot_compression(parts: dict[str, Any], path: Path) -> Path:
     return _save(fig, path)
 
 
+def plot_quality(data: dict[str, Any], path: Path) -> Path:
+    """The quality race: validation loss against training seconds, one curve per system, one panel per model."""
+    models = data.get("models", {})
+    fig, axes = _figure(max(1, len(models)), "Causal-LM quality race: validation loss vs training seconds (CPU)")
+    for ax, (model, entry) in zip(axes, models.items()):
+        for name, result in entry["systems"].items():
+            curve = result["curve"]
+            label = f"{name} ({result['parameters'] / 1e6:.2f}M)"
+            ax.plot([p["seconds"] for p in curve], [p["val_loss"] for p in curve], marker="o", markersize=3, label=label)
+        budget = entry.get("summary", {}).get("budget_seconds")
+        if budget:
+            ax.axvline(budget, color="gray", linestyle=":", linewidth=1, label="CoMERA's seconds")
+        ax.set_title(model, fontsize=10)
+        ax.set_xlabel("training seconds")
+        ax.set_ylabel("validation loss (nats/token)")
+        ax.legend(fontsize=7)
+    return _save(fig, path)
+
+
 def draw_all(quick: bool) -> list[Path]:
     """Redraw every chart whose JSON exists for ``quick`` (or full) mode; the PNGs written."""
     suffix = "_quick" if quick else ""

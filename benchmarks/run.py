@@ -12,6 +12,10 @@ in turn, on the same machine in the same run, and writes ``benchmarks/results/su
 * ``dlrm`` — dense vs TT embeddings at Criteo Kaggle scale (``training/dlrm_memory.py``);
 * ``inference`` — after training: latency, peak memory and file size of the paper's Transformer and
   the Criteo-Kaggle DLRM, dense vs tensorized vs pruned vs exported (``inference/latency.py``);
+* ``quality`` — the causal-LM quality race: dense, CoMERA, a narrow dense model and a low-rank model
+  of CoMERA's size, GaLore, dense for CoMERA's seconds; validation loss at equal steps and seconds
+  (``quality/race.py``; --quick: a tiny Llama, about 1.5 minutes; --full: four models, hours on 2 cores,
+  better run as two processes and merged, as its docstring shows);
 * ``compression`` — compression per stage with the accuracy/loss reached, for the three
   workloads, through the same code path as ``make demo``.
 
@@ -42,6 +46,7 @@ SCRIPTS: dict[str, tuple[str, str, list[str], list[str]]] = {
                                                                            "--peak-batch", "2", "--peak-steps", "1"], []),
     "dlrm": ("benchmarks.training.dlrm_memory", "dlrm_memory", ["--dims", "16", "--steps", "2", "--warmup", "1"], []),
     "inference": ("benchmarks.inference.latency", "inference", ["--quick"], []),
+    "quality": ("benchmarks.quality", "quality", ["--quick"], []),
 }
 #: The workload configs of the compression comparison (the same through ``make demo``).
 WORKLOADS = {

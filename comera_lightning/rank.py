@@ -58,13 +58,16 @@ def surrogate_normalizer(layers: Sequence[TTModule], kind: str = "mean") -> floa
     return float(sum(w * g.numel() for layer in layers for w, g in zip(gate_weights(layer), layer.gates)))
 
 
-def size_surrogate(layers: Sequence[TTModule], kind: str = "mean", normalizer: float | None = None) -> torch.Tensor:
+def size_surrogate(
+    layers: Sequence[TTModule], kind: str = "mean", normalizer: float | None = None, spare_strongest: bool = False
+) -> torch.Tensor:
     """Differentiable ℓ1 relaxation ``R`` of the model size (docs/METHOD.md §2), with no host sync.
 
     ``"mean"``: the reference's mean of the masked gate values over all tensorized layers
     (dead gates count as 0). ``"size"``: each gate weighted by the core parameters it controls.
     ``normalizer`` fixes the denominator (pass the value at the start of training so pruning
     does not make ``R`` jump); by default it is ``surrogate_normalizer`` of the layers now.
+    ``spare_strongest``: leave each bond's largest gate out, so ``R`` never pushes a bond to rank 0.
     """
     if not layers:
         raise ValueError("size_surrogate needs at least one TT layer; run tensorize() first.")
@@ -73,7 +76,8 @@ def size_surrogate(layers: Sequence[TTModule], kind: str = "mean", normalizer: f
     for layer in layers:
         weights = gate_weights(layer) if kind == "size" else [1] * len(layer.gates)
         for gate, mask, weight in zip(layer.gates, layer.gate_masks(), weights):
-            terms.append((gate * mask).float().sum() * weight)
+            live = (gate * mask).float()
+            terms.append((live.sum() - (live.max() if spare_strongest and live.numel() else 0)) * weight)
     return torch.stack(terms).sum() / max(denominator, 1.0)
 
 

@@ -81,3 +81,18 @@ def test_every_readme_command_runs_on_a_fresh_clone(tmp_path: Path) -> None:
         if done.returncode != 0:
             failures.append(f"{command}\n{done.stderr[-1500:]}")
     assert ran >= 5 and not failures, "\n\n".join(failures)
+
+
+@pytest.mark.slow
+def test_readme_code_example_trains_compresses_and_prints_what_it_claims(tmp_path) -> None:
+    """The README's ```python example, as a user pastes it: it trains, compresses and prints the figures quoted there."""
+    text = (ROOT / "README.md").read_text()
+    code = re.findall(r"```python\n(.*?)```", text, flags=re.S)[0]
+    env = {**os.environ, "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    loss, before, after = re.search(r"validation loss ([\d.]+); parameters ([\d,]+) -> ([\d,]+)", done.stdout).groups()
+    quoted = re.search(r"validation loss ([\d.]+); parameters ([\d,]+) -> ([\d,]+)", text.split(code, 1)[1]).groups()
+    assert before == quoted[1], "the README quotes the dense size the example prints"
+    assert abs(float(loss) / float(quoted[0]) - 1) < 0.05, "the README's loss is what the example gives (within 5 %: CPU hosts differ)"
+    assert int(after.replace(",", "")) < int(before.replace(",", "")) / 1.5

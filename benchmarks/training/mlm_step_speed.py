@@ -58,7 +58,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
 
     dense, tt = build(args), build(args)
-    tensorize(tt, target_modules=TARGETS, max_rank=args.rank, embedding_max_rank=args.embedding_rank, min_compression=1.0)
+    tensorize(tt, target_modules=TARGETS, max_rank=args.rank, embedding_max_rank=args.embedding_rank, min_compression=1.0, num_cores=3)
     generator = torch.Generator().manual_seed(0)
     collate = MLMCollator(mask_token_id=4, vocab_size=args.vocab, special_token_ids=range(5), generator=generator)
     batches = [

@@ -42,7 +42,7 @@ def build(layers: int, device: torch.device, tensorized: bool) -> SentencePairCl
     torch.manual_seed(0)
     model = SentencePairClassifier(vocab_size=VOCAB, d_model=768, num_layers=layers, num_heads=12, d_ff=3072, max_positions=128)
     if tensorized:
-        tensorize(model, max_rank=30, embedding_max_rank=32, num_cores=3, embedding_num_cores=4)
+        tensorize(model, max_rank=30, embedding_max_rank=32, num_cores=3, embedding_num_cores=4, include_attention=True, include_embeddings=True, min_compression=2.0)
     return model.to(device).train()
 
 

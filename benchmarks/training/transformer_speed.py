@@ -91,7 +91,7 @@ GALORE = {"rank": 128, "update_proj_gap": 200, "scale": 0.25, "projection_type":
 GALORE_TARGETS = ("attention.query", "attention.key", "attention.value", "attention.output", "ffn.intermediate", "ffn.output")
 # configs/transformer.yaml's comera: section, as ComeraCallback passes it to tensorize().
 TENSORIZE = {"max_rank": 30, "embedding_max_rank": 32, "num_cores": 3, "embedding_num_cores": 4,
-             "gate_threshold": 1e-2, "min_compression": 2.0, "init": "random"}
+             "gate_threshold": 1e-2, "min_compression": 2.0, "init": "random", "include_attention": True, "include_embeddings": True}
 LEARNING_RATES = {"lr_cores": 1e-4, "lr_gates": 1e-3, "lr_other": 5e-5}  # the paper's (docs/METHOD.md §2)
 RANK_WEIGHT = 0.01  # γ of the early stage's L + γR
 NUM_CLASSES = 3

@@ -42,7 +42,7 @@ class ComeraCallback(Callback):
     The stages and their objectives: docs/METHOD.md §2. Manual optimization: ``loss = callback.objective(loss)``.
 
     Args:
-        max_rank: largest TT rank of each bond (an int, or one per bond); None: the tensorize config's (30 by default).
+        max_rank: largest TT rank of each bond (an int, or one per bond); None: the tensorize config's (a quarter of each layer's smaller side by default).
         target_modules: layers to tensorize, by name or dotted suffix (a list) or one regex; None: every supported layer but heads.
         exclude_modules: layers to leave dense, the same kind of rule; None: none.
         early_epochs: epochs of the early stage; None (and no early_steps): two thirds of the Trainer's max_epochs.
@@ -54,10 +54,12 @@ class ComeraCallback(Callback):
         early_steps: optimizer steps of the early stage, instead of early_epochs.
         late_epochs: epochs of the late stage, then the task loss alone; None (and no late_steps): until training ends.
         late_steps: optimizer steps of the late stage, instead of late_epochs.
+        late_objective: "guarded": the late stage trains on L + λR and shrinks ranks only while the loss holds, the gates' LR following the model's schedule (docs/METHOD.md §2.1); "paper": the paper's trade-off of loss against size.
+        loss_tolerance: guarded late stage: how much worse than its best (a fraction) the loss may get before rank shrinking pauses.
         loss_target: a fixed L₀ for the late stage; None: the value of loss_target_metric at the switch.
         loss_target_metric: the logged metric taken for L₀ ("train": the last early epoch's mean training loss); None: val/loss or alike, else "train".
-        loss_weight: ρ_L, the task loss's own weight in the late stage's objective.
-        size_weight: ρ_R, the size surrogate's own weight in the late stage's objective.
+        loss_weight: ρ_L, the task loss's own weight in the paper's late-stage objective.
+        size_weight: ρ_R, the size surrogate's own weight in the paper's late-stage objective.
         prune_every_n_epochs: prune interval of the late stage in epochs; None (and no prune_every_n_steps): every epoch.
         prune_every_n_steps: prune interval of the late stage in optimizer steps, instead of epochs.
         size_surrogate: R: "mean" (mean of the gates) or "size" (each gate weighted by the core parameters it controls).
@@ -81,6 +83,8 @@ class ComeraCallback(Callback):
         early_steps: int | None = None,
         late_epochs: int | None = None,
         late_steps: int | None = None,
+        late_objective: Literal["guarded", "paper"] = "guarded",
+        loss_tolerance: float = 0.02,
         loss_target: float | None = None,
         loss_target_metric: str | None = None,
         loss_weight: float = 0.1,
@@ -96,17 +100,15 @@ class ComeraCallback(Callback):
         shortcuts = dict(max_rank=max_rank, target_modules=target_modules, exclude_modules=exclude_modules, gate_threshold=gate_threshold)
         self.tensorize_config = _tensorize_config(tensorize, shortcuts)
         self.schedule = StageSchedule(early_epochs, early_steps, late_epochs, late_steps, prune_every_n_epochs, prune_every_n_steps)
-        self.stage_objective = ComeraObjective(target_ratio, rank_weight, loss_weight, size_weight, size_surrogate)
+        self.stage_objective = ComeraObjective(target_ratio, rank_weight, loss_weight, size_weight, size_surrogate, late_objective, loss_tolerance)
         self.loss_target = LossTarget(loss_target, loss_target_metric)
-        self.gate_optimizer = GateOptimizer(gate_lr)
+        self.gate_optimizer = GateOptimizer(gate_lr, follow_schedule=late_objective == "guarded")
         self.events = StageEvents(self.schedule, self.stage_objective, self.loss_target, self.gate_optimizer)
-        self.log_bond_ranks, self.check_finite_loss = log_bond_ranks, check_finite_loss
-        self.allow_manual_optimization = allow_manual_optimization
+        self.log_bond_ranks, self.check_finite_loss, self.allow_manual_optimization = log_bond_ranks, check_finite_loss, allow_manual_optimization
         self._trainer: pl.Trainer | None = None
         self._validated = False  # a (non-sanity) validation has run in this fit
         self._resume = ResumeState()  # a checkpoint's RNG and L₀ running mean, put back when training starts
 
-    # ------------------------------------------------------------------ read-outs
     stage = property(lambda self: self.schedule.stage, doc='``"early"``, ``"late"`` or ``"final"``.')
     prune_events = property(lambda self: self.schedule.prune_events, doc="How many prunes have run.")
     loss_target_value = property(lambda self: self.stage_objective.loss_target, doc="L₀ of the late stage (None before).")
@@ -203,9 +205,9 @@ class ComeraCallback(Callback):
 
     @override
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        """Note that a validation ran; after a step-based switch, take L₀ from it (as an epoch-based switch would)."""
+        """Note that a validation ran; after a step-based switch, take L₀ from it; the guarded late stage checks quality."""
         self._validated = self._validated or not trainer.sanity_checking
-        self.events.refresh_loss_target(trainer)
+        self.events.after_validation(trainer)
 
     # ------------------------------------------------------------------ checkpoints
     @override

@@ -10,7 +10,7 @@ from __future__ import annotations
 import lightning.pytorch as pl
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
-from comera_lightning.callback.metrics import log_rank_table
+from comera_lightning.callback.metrics import log_rank_table, publish_sizes
 from comera_lightning.callback.trainer import mean_over_ranks, rewrap_ddp
 from comera_lightning.optim.gates import GateOptimizer
 from comera_lightning.rank import PruneSummary, prune_
@@ -20,7 +20,7 @@ from comera_lightning.strategy.protocol import ResizeListener
 __all__ = ["PRUNE_REASONS", "StageEvents", "warn_rank0"]
 
 #: Why each schedule event prunes (the info line says it).
-PRUNE_REASONS = {"switch": "stage switch", "prune": "interval", "finish": "end of late stage"}
+PRUNE_REASONS = {"switch": "stage switch", "prune": "interval", "finish": "end of late stage", "end": "training ends in the early stage"}
 
 
 class StageEvents:
@@ -55,10 +55,11 @@ class StageEvents:
             rank_zero_info(f"ComeraCallback: late stage from step {trainer.global_step}: {self.objective.describe()}.")
         if event is not None:
             summary = self.prune(trainer, pl_module, PRUNE_REASONS[event])
-            self.rank0_reported = warn_rank0(summary.ranks, self.rank0_reported)
-        if event == "finish":
+            self.rank0_reported = warn_rank0(summary.ranks, self.rank0_reported, early=event in ("switch", "end"))
+        if event in ("finish", "end"):
             self.schedule.enter_final()
-            rank_zero_info(f"ComeraCallback: late stage done at step {trainer.global_step}; training on the task loss only.")
+            if event == "finish":
+                rank_zero_info(f"ComeraCallback: late stage done at step {trainer.global_step}; training on the task loss only.")
 
     def prune(self, trainer: pl.Trainer, pl_module: pl.LightningModule, reason: str) -> PruneSummary:
         """Slice dead ranks out of the module and every optimizer's state, re-wrap DDP, tell the strategy, say what went."""
@@ -68,27 +69,53 @@ class StageEvents:
             rewrap_ddp(trainer)
         if isinstance(trainer.strategy, ResizeListener):
             trainer.strategy.on_parameters_resized()  # e.g. CUDAGraphStrategy re-captures
+        publish_sizes(trainer, pl_module)
         rank_zero_info(
             f"ComeraCallback: prune ({reason}) at step {trainer.global_step}: "
             f"{summary.parameters_before:,} → {summary.parameters_after:,} parameters."
         )
         return summary
 
+    def after_validation(self, trainer: pl.Trainer) -> None:
+        """After a validation: L₀ from it after a step-based switch; the guarded late stage's quality check."""
+        self.refresh_loss_target(trainer)
+        self.guard_quality(trainer)
+
     def refresh_loss_target(self, trainer: pl.Trainer) -> None:
         """A validation at the step of a step-based switch ran after it: take L₀ from it, as an epoch-based switch would."""
         at_switch = self.schedule.stage == "late" and self.schedule.late_start_step == trainer.global_step
         if self.loss_target.refreshable and at_switch and not trainer.sanity_checking:
             self.objective.loss_target = mean_over_ranks(trainer, self.loss_target.resolve(trainer.callback_metrics))
+            self.objective.guard.start(self.objective.loss_target)
             rank_zero_info(f"ComeraCallback: L₀={self.objective.loss_target:.4f} from the validation at the stage switch.")
 
+    def guard_quality(self, trainer: pl.Trainer) -> None:
+        """Guarded late stage, after a validation: pause rank shrinking while the loss is worse than its best, resume after."""
+        after_switch = self.schedule.stage == "late" and trainer.global_step > (self.schedule.late_start_step or 0)
+        if self.objective.late != "guarded" or not after_switch or trainer.sanity_checking:
+            return
+        change = self.objective.guard.after_validation(mean_over_ranks(trainer, self.loss_target.resolve(trainer.callback_metrics)))
+        if change is not None:
+            rank_zero_info(f"ComeraCallback: {change}.")
 
-def warn_rank0(ranks: dict[str, tuple[int, ...]], reported: set[str]) -> set[str]:
-    """Warn once per layer whose bond reached rank 0 (it then adds only its bias), and when all did; returns all reported."""
+
+#: What to change when ranks die, by the stage they died in.
+RANK0_ADVICE = {
+    True: "They died in the early stage: lower gate_lr or rank_weight (target_ratio plays no part there).",
+    False: "They died in the late stage: if that is too much, raise target_ratio, lower loss_tolerance or lower gate_lr.",
+}
+
+
+def warn_rank0(ranks: dict[str, tuple[int, ...]], reported: set[str], early: bool = False) -> set[str]:
+    """Warn once per layer whose bond reached rank 0 (it then adds only its bias), and when all did; returns all reported.
+
+    ``early``: the ranks died in the early stage (the advice names that stage's knobs).
+    """
     dead = {name for name, bonds in ranks.items() if 0 in bonds}
     if dead - reported:
         everything = " Every tensorized layer is pruned to zero: the model ignores their inputs." if dead == set(ranks) else ""
         rank_zero_warn(
             f"ComeraCallback: {sorted(dead - reported)} pruned to rank 0 on a bond: each now outputs its bias only."
-            f"{everything} If that is too much, raise target_ratio or lower gate_lr / rank_weight."
+            f"{everything} {RANK0_ADVICE[early]}"
         )
     return reported | dead

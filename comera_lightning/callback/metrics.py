@@ -12,7 +12,27 @@ from torch import nn
 from comera_lightning.rank import active_size, compression_stats, tt_layers
 from comera_lightning.schedule import STAGES
 
-__all__ = ["compression_metrics", "log_rank_table"]
+__all__ = ["compression_metrics", "log_rank_table", "publish_sizes", "size_metrics"]
+
+
+def size_metrics(module: nn.Module) -> dict[str, float]:
+    """The model's size now: ``comera/compression_*``, ``comera/params_*`` and ``comera/layers_rank0``."""
+    stats = compression_stats(module)
+    return {
+        "comera/compression_model": stats.model_compression,
+        "comera/compression_tt": stats.tt_compression,
+        "comera/params_model": float(stats.model_parameters),
+        "comera/params_tt": float(stats.tt_parameters),
+        "comera/layers_rank0": float(sum(0 in layer.physical_ranks for _, layer in tt_layers(module))),
+    }
+
+
+def publish_sizes(trainer: pl.Trainer, module: nn.Module) -> None:
+    """After a prune: the new sizes to every logger (W&B summary, CSV) and ``callback_metrics``, so the last values are the model's."""
+    metrics = size_metrics(module)
+    for logger in trainer.loggers:
+        logger.log_metrics(metrics, step=trainer.global_step)
+    trainer.callback_metrics.update({key: torch.tensor(value) for key, value in metrics.items()})
 
 
 def compression_metrics(module: nn.Module, stage: str, terms: Mapping[str, torch.Tensor], bond_ranks: bool | str) -> dict[str, Any]:
@@ -22,20 +42,15 @@ def compression_metrics(module: nn.Module, stage: str, terms: Mapping[str, torch
     layer (its bonds' mean active rank: a few dozen series for the paper model instead of ~180);
     ``"bond"`` one ``comera/rank/<layer>/<k>`` series per bond.
     """
-    stats = compression_stats(module)
     layers = tt_layers(module)
     size = terms.get("active_size")
     size = active_size([m for _, m in layers]) if size is None else size
     metrics: dict[str, Any] = {
-        "comera/compression_model": stats.model_compression,
-        "comera/compression_tt": stats.tt_compression,
-        "comera/params_model": float(stats.model_parameters),
-        "comera/params_tt": float(stats.tt_parameters),
+        **size_metrics(module),
         "comera/stage": float(STAGES.index(stage)),
         "comera/params_tt_active": size,
-        "comera/compression_tt_active": stats.dense_tt_parameters / size.clamp_min(1),
+        "comera/compression_tt_active": compression_stats(module).dense_tt_parameters / size.clamp_min(1),
     }
-    metrics["comera/layers_rank0"] = float(sum(0 in layer.physical_ranks for _, layer in layers))
     for key in ("size_surrogate", "lam", "task_loss"):
         if key in terms:
             metrics[f"comera/{key}"] = terms[key]

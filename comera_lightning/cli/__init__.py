@@ -52,8 +52,13 @@ def main(args: Sequence[str] | None = None) -> None:
         command.run(argv[1:])
         return
     from comera_lightning.cli.app import ComeraCLI, finish_wandb
+    from comera_lightning.tensorize import RuleMatchError
 
     if args is None:
         sys.argv[1:] = argv  # LightningCLI reads sys.argv itself (and warns when given both)
-    cli = ComeraCLI(args=None if args is None else argv)
+    try:
+        cli = ComeraCLI(args=None if args is None else argv)
+    except RuleMatchError as err:  # raised at the callback's setup, before training: a configuration error, one line
+        sys.stderr.write(f"error: comera: {err}\n")
+        raise SystemExit(2) from None
     finish_wandb(getattr(cli, "trainer", None))

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -41,12 +42,14 @@ from lightning.pytorch import LightningDataModule, LightningModule, Trainer
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.loggers import CSVLogger, Logger, WandbLogger
 from lightning.pytorch.utilities import rank_zero_info
+from lightning.pytorch.utilities.model_helpers import is_overridden
 
 from comera_lightning._optional import require
 from comera_lightning.callback import ComeraCallback
-from comera_lightning.cli.config_files import resolve_config_args
+from comera_lightning.cli.config_files import config_help, resolve_config_args, show_configs_in_help
 from comera_lightning.cli.parser import ComeraArgumentParser
 from comera_lightning.cli.wandb_run import ComeraWandbLogger, upload_fit_images, write_summary
+from comera_lightning.tensorize import RuleMatchError, check_rules
 
 __all__ = ["ComeraCLI", "finish_wandb", "latest_checkpoint", "resolve_wandb_mode", "write_compression_plot"]
 
@@ -117,6 +120,20 @@ class ComeraCLI(LightningCLI):
         kwargs.setdefault("auto_configure_optimizers", False)  # the models build their own (param groups)
         super().__init__(args=args, run=run, **kwargs)
 
+    def init_parser(self, **kwargs: Any) -> LightningArgumentParser:
+        """LightningCLI's parser, with a ``--config`` help that names the bundled configs."""
+        parser = super().init_parser(**kwargs)
+        next(a for a in parser._actions if a.dest == "config").help = config_help()
+        return parser
+
+    def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
+        """Parse as LightningCLI does; ``--help`` after ``--config`` shows that config's values as the defaults."""
+        argv = sys.argv[1:] if args is None else args
+        if isinstance(argv, (list, tuple)):
+            subcommand = next((a for a in argv if a in getattr(self, "_subcommand_parsers", {})), None)
+            show_configs_in_help(self._parser(subcommand), argv)
+        super().parse_arguments(parser, args)
+
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         """Add the ``comera:`` section, ``--dense``, ``--wandb``, ``--threads``, ``--test_after_fit`` and the data→model links."""
         parser.add_lightning_class_args(ComeraCallback, "comera")
@@ -156,7 +173,8 @@ class ComeraCLI(LightningCLI):
             require("comera_lightning.distributed", f"--trainer.strategy {TORCHREC_DMP}")  # registers the name
 
     def after_instantiate_classes(self) -> None:
-        """Keep Lightning from refusing to log when a linked value differs from the data module's own argument."""
+        """Check the target rules against the model now; keep Lightning's hyper-parameter logging from refusing a link."""
+        self._check_target_rules()
         model_hp = getattr(self.model, "hparams_initial", {})
         data_hp = getattr(self.datamodule, "hparams_initial", {})
         clashes = [k for k in DATA_TO_MODEL_LINKS if k in model_hp and k in data_hp and model_hp[k] != data_hp[k]]
@@ -166,6 +184,18 @@ class ComeraCLI(LightningCLI):
             self.datamodule._log_hyperparams = False
             values = ", ".join(f"{k}: data {data_hp[k]!r}, model {model_hp[k]!r}" for k in clashes)
             rank_zero_info(f"Not sending the data module's hyper-parameters to the loggers ({values}); config.yaml has them.")
+
+    def _check_target_rules(self) -> None:
+        """A rule that names no module fails here, on one line, before data setup (a model built in configure_model: at setup)."""
+        comera = self._get(self.config_init, "comera", default=None)
+        if self._get(self.config, "dense") or not isinstance(comera, ComeraCallback):
+            return
+        if not is_overridden("configure_model", self.model, LightningModule):
+            try:
+                check_rules(self.model, comera.tensorize_config)
+            except RuleMatchError as err:
+                sys.stderr.write(f"error: comera: {err}\n")
+                raise SystemExit(2) from None
 
     def instantiate_trainer(self, **kwargs: Any) -> Trainer:
         """Build the Trainer with the CoMERA callback (unless ``--dense``) and the CSV/W&B loggers."""

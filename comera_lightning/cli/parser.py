@@ -1,19 +1,24 @@
-"""The CLI's argument parser: no abbreviated options, and a one-line error naming the closest valid keys.
+"""The CLI's argument parser: no abbreviated options, one-line errors naming the closest valid keys, full help.
 
 argparse would expand ``--trainer.max_epoch`` to ``--trainer.max_epochs`` (abbreviations) and answer a
 typo with the full usage, dozens of lines; this parser refuses the first and answers the second with
-``error: ... (did you mean ...?)`` on one line and exit status 2.
+``error: ... (did you mean ...?)`` on one line and exit status 2. Its ``--help`` also lists the options
+of a nested dataclass argument (``--comera.tensorize.max_rank``, ...), which jsonargparse shows only
+under ``--comera.tensorize.help``.
 """
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import difflib
 import importlib
 import inspect
 import re
 import sys
+import types
 from collections.abc import Iterable
-from typing import Any, NoReturn
+from typing import Any, NoReturn, Union, get_args, get_origin
 
 from lightning.pytorch.cli import LightningArgumentParser
 
@@ -38,6 +43,58 @@ class ComeraArgumentParser(LightningArgumentParser):
         parser = getattr(ex, "subcommand_parser", None) or self
         sys.stderr.write(one_line_error(message, _known_keys(parser)) + "\n")
         sys.exit(2)
+
+    def format_help(self, *args: Any) -> str:
+        """The help, with each nested dataclass argument's own options right after the group that holds it."""
+        saved = self._action_groups
+        groups = []
+        for group in saved:
+            groups.append(group)
+            for action in group._group_actions:
+                nested = _nested_dataclass(action)
+                if nested is not None:
+                    groups.append(self._nested_group(action.dest, nested))
+        self._action_groups = groups
+        try:
+            return super().format_help(*args)
+        finally:
+            self._action_groups = saved
+
+    def _nested_group(self, dest: str, cls: type) -> Any:
+        """The options ``--<dest>.<field>`` of dataclass ``cls`` as one help group (defaults: the parser's, config files included)."""
+        sub = type(self)(add_help=False)
+        sub.add_class_arguments(cls, dest)
+        group = next(g for g in sub._action_groups if any(a.dest.startswith(dest + ".") for a in g._group_actions))
+        group._group_actions = [a for a in group._group_actions if a.dest.startswith(dest + ".")]
+        group.title = f"{group.title} (--{dest}.*)"
+        given = _field_values(next(a.default for a in self._actions if a.dest == dest))  # e.g. a config's, for --help
+        for action in group._group_actions:
+            field = action.dest[len(dest) + 1:]
+            if field in given:
+                action.default = given[field]
+        return group
+
+
+def _field_values(value: Any) -> dict[str, Any]:
+    """The fields set by a nested dataclass argument's default: a dataclass, a dict or a (class_path, init_args) namespace."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    if hasattr(value, "as_dict"):  # jsonargparse's Namespace
+        value = value.as_dict()
+    if isinstance(value, dict):
+        return dict(value.get("init_args", value))
+    return {}
+
+
+def _nested_dataclass(action: Any) -> type | None:
+    """The dataclass of an argument typed ``SomeDataclass`` or ``SomeDataclass | None``, else None."""
+    if action.default == argparse.SUPPRESS:  # --x.help: a typehint too, but it takes no value
+        return None
+    hint = getattr(action, "_typehint", None)  # jsonargparse's typed arguments
+    members = get_args(hint) if get_origin(hint) in (Union, types.UnionType) else (hint,)
+    classes = [t for t in members if isinstance(t, type) and dataclasses.is_dataclass(t)]
+    others = [t for t in members if t is not type(None) and t not in classes]
+    return classes[0] if len(classes) == 1 and not others else None
 
 
 def _known_keys(parser: Any) -> list[str]:

@@ -8,7 +8,10 @@ optimizers (their param groups stay, so LR schedulers keep working) and steps a 
 ``lr`` without weight decay right after the optimizer that held them steps, so gradient
 accumulation follows it. Limits: all gates follow the first optimizer that held any (with several
 optimizers, under manual optimization); the module's gradient clipping does not cover them (Adam
-normalises the step anyway); a step whose gate gradients are not finite is skipped. Plain torch.
+normalises the step anyway); a step whose gate gradients are not finite is skipped. With
+``follow_schedule`` the gates' ``lr`` is scaled as the host's LR scheduler scales its first group
+(``lr / initial_lr``), so gates settle as the model anneals (not under CUDA-graph capture, where
+the step's ``lr`` is fixed). Plain torch.
 """
 
 from __future__ import annotations
@@ -30,9 +33,12 @@ DEFAULT_GATE_LR = 2e-2
 class GateOptimizer:
     """Adam at ``lr`` (no weight decay) on the rank gates, stepped after the optimizer that held them."""
 
-    def __init__(self, lr: float = DEFAULT_GATE_LR, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8) -> None:
+    def __init__(
+        self, lr: float = DEFAULT_GATE_LR, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, follow_schedule: bool = False
+    ) -> None:
         check_number("gate_lr", lr, 0.0, low_open=True)
         self.lr, self.betas, self.eps = float(lr), tuple(betas), float(eps)
+        self.follow_schedule = follow_schedule
         self.optimizer: torch.optim.Adam | None = None
         self.scaler: Any = None  # the GradScaler whose scale is on the gate gradients (attributes only: ddp_spawn pickles this)
         self._hook: Any = None
@@ -70,6 +76,11 @@ class GateOptimizer:
         return self.scaler.get_scale() if self.scaler is not None else None
 
     def _after_host_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        if self.follow_schedule and not self.optimizer.defaults["capturable"]:
+            host = optimizer.param_groups[0]
+            scale = host["lr"] / host["initial_lr"] if host.get("initial_lr") else 1.0
+            for group in self.optimizer.param_groups:
+                group["lr"] = self.lr * float(scale)
         self.step()
 
     def detach(self) -> None:

@@ -1,7 +1,9 @@
 """ComeraObjective: the loss each CoMERA stage trains on (docs/METHOD.md §2).
 
 * early stage: ``L + γ·R``;
-* late stage: ``ρ_L·L + ρ_R·R + λ·R + (1−λ)·L`` with ``λ = 1[(L−L₀)/L < (S−S₀)/S]``, on device;
+* late stage, ``"guarded"`` (the default): ``L + λ·R`` with ``λ = 1`` only while quality holds and
+  ``S > S₀`` (``guard.py``: the running training loss and the validation loss near their best);
+* late stage, ``"paper"``: ``ρ_L·L + ρ_R·R + λ·R + (1−λ)·L`` with ``λ = 1[(L−L₀)/L < (S−S₀)/S]``, on device;
 * final stage: ``L``.
 
 ``L`` is the task loss, ``R`` the size surrogate of the gates (``rank.size_surrogate``), ``S``
@@ -20,8 +22,12 @@ import torch
 from comera_lightning._checks import check_number
 from comera_lightning.layers import TTModule
 from comera_lightning.rank import SURROGATES, active_size, size_surrogate, surrogate_normalizer
+from comera_lightning.schedule.guard import QualityGuard
 
-__all__ = ["ComeraObjective"]
+__all__ = ["LATE_OBJECTIVES", "ComeraObjective"]
+
+#: The late stage's objectives: quality first (``guarded``) or the paper's trade-off (``paper``).
+LATE_OBJECTIVES = ("guarded", "paper")
 
 _STATE = ("size_at_switch", "size_target", "loss_target", "normalizer")
 
@@ -36,6 +42,8 @@ class ComeraObjective:
         loss_weight: float = 0.1,
         size_weight: float = 0.01,
         surrogate: str = "mean",
+        late: str = "guarded",
+        loss_tolerance: float = 0.02,
     ) -> None:
         check_number("target_ratio", target_ratio, 0.0, 1.0, low_open=True)
         check_number("rank_weight", rank_weight, 0.0)
@@ -43,6 +51,9 @@ class ComeraObjective:
         check_number("size_weight", size_weight, 0.0)
         if surrogate not in SURROGATES:
             raise ValueError(f"size_surrogate={surrogate!r} is unknown; choose one of {SURROGATES}.")
+        if late not in LATE_OBJECTIVES:
+            raise ValueError(f"late_objective={late!r} is unknown; choose one of {LATE_OBJECTIVES}.")
+        self.late, self.guard = late, QualityGuard(loss_tolerance)
         self.target_ratio, self.rank_weight = float(target_ratio), float(rank_weight)
         self.loss_weight, self.size_weight, self.surrogate = float(loss_weight), float(size_weight), surrogate
         self.size_at_switch: float | None = None
@@ -69,6 +80,10 @@ class ComeraObjective:
         if stage == "final":
             return task_loss
         size = active_size(self.layers).clamp_min(1.0)  # a model pruned to nothing must not divide by zero
+        if self.late == "guarded":  # each bond's strongest rank is spared: the size term never cuts a layer off
+            lam = self.guard.pressure(loss) * (size > self.size_target).to(loss.dtype)
+            self.last.update(self._keep(lam=lam, active_size=size))
+            return task_loss + lam * size_surrogate(self.layers, self.surrogate, self.normalizer, spare_strongest=True)
         lam = ((loss - self.loss_target) / loss < (size - self.size_target) / size).to(loss.dtype)
         self.last.update(self._keep(lam=lam, active_size=size))
         return self.loss_weight * task_loss + self.size_weight * surrogate + lam * surrogate + (1 - lam) * task_loss
@@ -87,22 +102,28 @@ class ComeraObjective:
         self.size_at_switch = float(active_size(self.layers))
         self.size_target = self.target_ratio * self.size_at_switch
         self.loss_target = float(loss_target)
+        self.guard.start(self.loss_target)
 
     def describe(self) -> str:
         """The late stage's targets in words."""
         return (
             f"S={self.size_at_switch:,.0f} → target S₀={self.size_target:,.0f} (ratio {self.target_ratio}), "
             f"L₀={self.loss_target:.4f}"
+            + (f"; guarded: ranks shrink while the loss stays within {self.guard.tolerance:.0%} of its best"
+               if self.late == "guarded" else "")
         )
 
     def state_dict(self) -> dict[str, Any]:
-        """Targets and the surrogate's denominator."""
-        return {key: getattr(self, key) for key in _STATE}
+        """Targets, the surrogate's denominator and the guard's state."""
+        return {**{key: getattr(self, key) for key in _STATE}, "guard": self.guard.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore ``state_dict()`` output; unknown keys are an error."""
-        unknown = set(state) - set(_STATE)
+        unknown = set(state) - {*_STATE, "guard"}
         if unknown:
-            raise KeyError(f"ComeraObjective state has unknown keys {sorted(unknown)}; expected {list(_STATE)}.")
+            raise KeyError(f"ComeraObjective state has unknown keys {sorted(unknown)}; expected {[*_STATE, 'guard']}.")
         for key, value in state.items():
-            setattr(self, key, value)
+            if key == "guard":
+                self.guard.load_state_dict(value)
+            else:
+                setattr(self, key, value)

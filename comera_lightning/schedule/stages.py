@@ -3,8 +3,9 @@
 Stages: ``early`` (task loss plus the size surrogate), ``late`` (achievement scalarisation,
 pruned at the switch and every N epochs/steps), and ``final`` (task loss only, reached when
 the late stage has a length). The schedule only decides; whoever drives it (the callback)
-carries out the returned events ``"switch"``, ``"prune"`` and ``"finish"`` and reports back
-with ``enter_late``, ``enter_final`` and ``record_prune``.
+carries out the returned events ``"switch"``, ``"prune"``, ``"finish"`` and ``"end"`` (training
+ends in the early stage: the ranks that died are pruned once, no late stage) and reports back with
+``enter_late``, ``enter_final`` and ``record_prune``.
 """
 
 from __future__ import annotations
@@ -60,10 +61,12 @@ class StageSchedule:
         self.last_prune_step = -1
         self.prune_events = 0
         self.epochs_ended = 0  # epoch ends handled (a resume checks that none was skipped)
+        self.max_epochs: int | None = None  # the Trainer's, fixed by resolve (not progress: a resume may change it)
 
     def resolve(self, max_epochs: int | None) -> tuple[list[str], list[str]]:
         """Fix the default early stage from the Trainer's ``max_epochs``; returns (information, warnings) for the user."""
         infos, warnings_ = [], []
+        self.max_epochs = max_epochs if max_epochs is not None and max_epochs > 0 else None
         if self.early_epochs_resolved is None and self.early_steps is None:
             if max_epochs is None or max_epochs < 1:
                 raise ValueError("ComeraCallback needs early_epochs or early_steps when the Trainer has no max_epochs.")
@@ -71,7 +74,10 @@ class StageSchedule:
             infos.append(f"early stage = {self.early_epochs_resolved} of {max_epochs} epochs (2/3, the paper's 20 of 30).")
         early = self.early_epochs_resolved
         if early is not None and max_epochs is not None and 0 < max_epochs <= early:
-            warnings_.append(f"early_epochs={early} >= max_epochs={max_epochs}: the late (compression) stage will not start.")
+            warnings_.append(
+                f"early_epochs={early} >= max_epochs={max_epochs}: no late (compression) stage; the ranks that died in the "
+                "early stage are pruned once, when training ends. Raise max_epochs or lower early_epochs to compress further."
+            )
         return infos, warnings_
 
     def after_batch(self, step: int) -> str | None:
@@ -92,6 +98,8 @@ class StageSchedule:
         self.epochs_ended = epochs_done
         if self.stage == "early":
             early = self.early_epochs_resolved
+            if self.max_epochs is not None and epochs_done >= self.max_epochs and (early is None or early >= self.max_epochs):
+                return "end"
             return "switch" if early is not None and epochs_done >= early else None
         if self.stage != "late":
             return None

@@ -16,17 +16,22 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
 from torch import nn
 
 from comera_lightning.layers import TensorizedModule
 from comera_lightning.rank import compression_stats
-from comera_lightning.tensorize.config import INIT_CHOICES, ModuleRules, TensorizeConfig
+from comera_lightning.tensorize.attention import attention_blocks
+from comera_lightning.tensorize.config import DEFAULT_EMBEDDING_RANK, INIT_CHOICES, ModuleRules, TensorizeConfig
 from comera_lightning.tensorize.converters import no_converter_reason  # importing it registers the built-in converters
 from comera_lightning.tensorize.heads import output_heads
 from comera_lightning.tensorize.registry import Converter, converter_for
-from comera_lightning.tensorize.rules import Rule, overrides_for
+from comera_lightning.tensorize.rules import Rule, RuleMatchError, overrides_for, unmatched_error
 
-__all__ = ["tensorize", "to_dense", "TensorizeConfig", "TensorizeReport", "SwapRecord", "ModuleRules", "INIT_CHOICES"]
+__all__ = [
+    "tensorize", "to_dense", "check_rules", "tensorizable_names", "TensorizeConfig", "TensorizeReport", "SwapRecord", "ModuleRules",
+    "INIT_CHOICES", "RuleMatchError",
+]
 
 #: A module of an unhandled type with a weight of at least this many entries is reported as skipped.
 LARGE_WEIGHT = 4096
@@ -119,8 +124,8 @@ def tensorize(model: nn.Module, config: TensorizeConfig | Mapping[str, Any] | No
 
     ``config`` (default ``TensorizeConfig()``) says which layers and how; keyword ``options``
     (``max_rank=16``, ``target_modules=[...]``, ...) override its fields. Already tensorized
-    layers are left as they are, so calling it twice is harmless. Raises ``ValueError`` when the
-    rules match no module, or nothing could be swapped.
+    layers are left as they are, so calling it twice is harmless. Raises :class:`RuleMatchError`
+    (a ``ValueError``) when a rule matches no module, ``ValueError`` when nothing could be swapped.
     """
     if isinstance(config, Mapping):  # e.g. the settings a checkpoint records
         config = TensorizeConfig.from_dict(config)
@@ -132,10 +137,7 @@ def tensorize(model: nn.Module, config: TensorizeConfig | Mapping[str, Any] | No
     swaps = _plan(model, config, scan, targets, excludes, report)
     for rule in (targets, excludes):
         if rule.unused():
-            raise ValueError(
-                f"{rule.argument} entries {rule.unused()} match no module of {type(model).__name__}; "
-                f"module names look like {scan.example_names()}."
-            )
+            raise unmatched_error(rule, type(model).__name__, tensorizable_names(model))
     if not swaps and not report.already_tensorized:
         raise ValueError(
             f"tensorize found nothing to swap in {type(model).__name__} with target_modules={config.target_modules!r}, "
@@ -147,6 +149,37 @@ def tensorize(model: nn.Module, config: TensorizeConfig | Mapping[str, Any] | No
         report.swapped.append(record)
     report.model_parameters_after = _count_parameters(model)
     return report
+
+
+def check_rules(model: nn.Module, config: TensorizeConfig | None = None) -> None:
+    """Raise :class:`RuleMatchError` for a ``target_modules`` / ``exclude_modules`` entry that names no module of ``model``.
+
+    Cheap (nothing is built or changed), to catch a typo before training; ``tensorize`` itself also
+    refuses an entry that names only modules it cannot swap.
+    """
+    config = config or TensorizeConfig()
+    names = [name for name, _ in model.named_modules() if name]
+    for rule in (Rule("target_modules", config.target_modules), Rule("exclude_modules", config.exclude_modules)):
+        for name in names:
+            rule.matches(name)
+        if rule.unused():
+            raise unmatched_error(rule, type(model).__name__, tensorizable_names(model))
+
+
+def tensorizable_names(model: nn.Module) -> list[str]:
+    """Names of ``model``'s modules that ``tensorize`` swaps when a rule names them (output heads included)."""
+    scan, no_rule = _ModelScan.of(model), Rule("exclude_modules", None)
+    names: list[str] = []
+    inside: list[str] = []  # a tensorized or convertible module's children are not candidates of their own
+    for name, module in model.named_modules():
+        if not name or any(name.startswith(prefix) for prefix in inside):
+            continue
+        converter = None if isinstance(module, TensorizedModule) else converter_for(module)
+        if isinstance(module, TensorizedModule) or converter is not None:
+            inside.append(name + ".")
+        if converter is not None and _skip_reason(name, module, converter, scan, True, no_rule) is None:
+            names.append(name)
+    return names
 
 
 def to_dense(model: nn.Module) -> list[str]:
@@ -176,8 +209,8 @@ class _ModelScan:
 
     names_of: dict[int, list[str]]  # every name under which a module is reachable
     tied: dict[int, list[str]]  # weight id -> names of the modules holding it
-    linears: list[str]
     heads: dict[str, str]  # output heads -> why they are taken for one
+    attention: list[str]  # name prefixes of attention blocks
 
     @classmethod
     def of(cls, model: nn.Module) -> _ModelScan:
@@ -190,14 +223,15 @@ class _ModelScan:
             if isinstance(weight, nn.Parameter):
                 tied.setdefault(id(weight), []).append(name)
         linears = [(n, m) for n, m in model.named_modules() if isinstance(m, nn.Linear)]
-        return cls(names_of, tied, [n for n, _ in linears], output_heads(model, linears))
+        return cls(names_of, tied, output_heads(model, linears), attention_blocks(model))
+
+    def in_attention(self, name: str) -> bool:
+        """Whether ``name`` is an attention module or one of its projections."""
+        return any(name == block or name.startswith(block + ".") for block in self.attention)
 
     def head_reason(self, name: str) -> str | None:
         """Why ``name`` is taken for an output head, or None."""
         return self.heads.get(name)
-
-    def example_names(self) -> list[str]:
-        return self.linears[:3] or [n for names in self.names_of.values() for n in names if n][:3]
 
 
 def _plan(
@@ -224,6 +258,8 @@ def _plan(
             continue
         inside.append(name + ".")  # decided here, with its children (an EmbeddingBagCollection's tables)
         reason = _skip_reason(name, module, converter, scan, targets.given, excludes)
+        if reason is None and not targets.given:
+            reason = _default_exclusion(name, module, config, scan)
         if reason is None:
             built = _build(name, module, converter, config)
             if built.compression_ratio() >= config.min_compression:
@@ -232,6 +268,15 @@ def _plan(
             reason = f"too small to gain ({built.compression_ratio():.2f}x < min_compression={config.min_compression})"
         report.skipped.append((name, reason))
     return swaps
+
+
+def _default_exclusion(name: str, module: nn.Module, config: TensorizeConfig, scan: _ModelScan) -> str | None:
+    """Why a module the default rules would take stays dense (attention, embedding tables), or None."""
+    if not config.include_attention and scan.in_attention(name):
+        return "attention projection: dense unless include_attention=True (or named in target_modules)"
+    if not config.include_embeddings and isinstance(module, nn.Embedding):
+        return "embedding table: dense unless include_embeddings=True (or named in target_modules)"
+    return None
 
 
 def _large_weight(module: nn.Module) -> str | None:
@@ -266,10 +311,22 @@ def _build(name: str, module: nn.Module, converter: Converter, config: Tensorize
         raise ValueError(
             f"layer_config keys {sorted(wrong)} do not apply to {name} ({type(module).__name__}); allowed: {sorted(converter.options)}."
         )
+    options = _resolve_rank({**converter.defaults(config), **overrides}, module)
     try:
-        return converter.build(module, {**converter.defaults(config), **overrides})
+        return converter.build(module, options)
     except ValueError as err:
         raise ValueError(f"cannot tensorize {name} ({type(module).__name__}): {err}") from err
+
+
+def _resolve_rank(options: dict[str, Any], module: nn.Module) -> dict[str, Any]:
+    """``max_rank`` None: ``rank_fraction`` of the smaller side of the module's weight (30 without a weight matrix)."""
+    fraction = options.pop("rank_fraction", None)
+    if options.get("max_rank") is None:
+        weight = getattr(module, "weight", None)
+        weight = weight if isinstance(weight, torch.Tensor) else getattr(module, "in_proj_weight", None)
+        side = min(weight.shape[-2:]) if isinstance(weight, torch.Tensor) and weight.dim() >= 2 else None
+        options["max_rank"] = max(1, round(fraction * side)) if side and fraction else DEFAULT_EMBEDDING_RANK
+    return options
 
 
 def _replace_everywhere(model: nn.Module, names: list[str], new: nn.Module) -> None:

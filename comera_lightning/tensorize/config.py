@@ -15,10 +15,12 @@ from typing import Any, Union
 from comera_lightning._checks import check_number
 from comera_lightning.tensorize.registry import known_options
 
-__all__ = ["INIT_CHOICES", "ModuleRules", "TensorizeConfig"]
+__all__ = ["DEFAULT_EMBEDDING_RANK", "INIT_CHOICES", "ModuleRules", "TensorizeConfig"]
 
 ModuleRules = Union[str, list[str], None]
 INIT_CHOICES = ("random", "paper", "svd")
+#: An embedding's largest rank when neither ``embedding_max_rank`` nor ``max_rank`` is set.
+DEFAULT_EMBEDDING_RANK = 30
 
 
 @dataclass(frozen=True)
@@ -30,39 +32,55 @@ class TensorizeConfig:
             ``"query"``) or a regular expression matching whole names; ``None``: every supported
             layer except output heads, tied, frozen and too-small ones.
         exclude_modules: the same kind of rule, for modules to leave dense.
-        max_rank: the largest bond rank of linear layers (an int, or one per bond).
-        embedding_max_rank: the same for embeddings (default: ``max_rank``).
-        num_cores: cores per side of a linear layer (or ``[input cores, output cores]``).
+        max_rank: the largest bond rank of linear layers (an int, or one per bond); None: ``rank_fraction``
+            of each layer's smaller side.
+        rank_fraction: a linear layer's largest rank as a fraction of its smaller side, when ``max_rank`` is None.
+        embedding_max_rank: the largest bond rank of embeddings (default: ``max_rank``, else 30).
+        num_cores: cores per side of a linear layer (or ``[input cores, output cores]``); 1: a gated
+            low-rank product, 3: the paper's six-core trains (docs/METHOD.md §1.1).
         embedding_num_cores: cores of an embedding table.
         init: ``"random"`` (variance of the layer replaced), ``"paper"`` (docs/METHOD.md §1.1) or
             ``"svd"`` (TT-SVD of the current weights, for pretrained models).
         layer_config: per-layer overrides, ``{rule: {option: value}}``; a rule is a name, a dotted
             suffix, or ``"re:<regex>"``.
+        include_embeddings: with ``target_modules`` None, tensorize ``nn.Embedding`` tables too (they stay
+            dense by default: a lookup costs no compute, and a TT token table cost a language model 4 % of
+            its loss in docs/TUNING.md's race; TorchRec collections are tensorized either way).
+        include_attention: with ``target_modules`` None, tensorize attention projections too (they stay
+            dense by default: compressing them costs language models the most quality, docs/TUNING.md).
         min_compression: layers that would compress less than this stay dense.
         gate_threshold: a rank gate at or below this is dead and pruned, in ``[0, 1)``.
     """
 
     target_modules: ModuleRules = None
     exclude_modules: ModuleRules = None
-    max_rank: Union[int, list[int]] = 30
+    max_rank: Union[int, list[int], None] = None
+    rank_fraction: float = 0.25
     embedding_max_rank: Union[int, list[int], None] = None
-    num_cores: Union[int, list[int]] = 3
+    num_cores: Union[int, list[int]] = 1
     embedding_num_cores: int = 4
     init: str = "random"
     layer_config: Union[dict[str, dict[str, Any]], None] = None
-    min_compression: float = 2.0
+    include_embeddings: bool = False
+    include_attention: bool = False
+    min_compression: float = 1.5
     gate_threshold: float = 1e-2
 
     def __post_init__(self) -> None:
         for name in ("target_modules", "exclude_modules"):
             _check_rules(name, getattr(self, name))
-        _check_ranks("max_rank", self.max_rank)
+        if self.max_rank is not None:
+            _check_ranks("max_rank", self.max_rank)
+        check_number("rank_fraction", self.rank_fraction, 0.0, 1.0, low_open=True)
         if self.embedding_max_rank is not None:
             _check_ranks("embedding_max_rank", self.embedding_max_rank)
         _check_ranks("num_cores", self.num_cores)
         _check_ranks("embedding_num_cores", self.embedding_num_cores)
         if self.init not in INIT_CHOICES:
             raise ValueError(f"init={self.init!r} is not supported; choose one of {INIT_CHOICES}.")
+        for name in ("include_embeddings", "include_attention"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"{name} must be true or false, got {getattr(self, name)!r}.")
         check_number("min_compression", self.min_compression, 0.0)
         check_number("gate_threshold", self.gate_threshold, 0.0, 1.0, high_open=True)
         _check_layer_config(self.layer_config or {})

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from comera_lightning.layers import TTEmbedding, TTLinear, TTMultiheadAttention
-from comera_lightning.tensorize.config import TensorizeConfig
+from comera_lightning.tensorize.config import DEFAULT_EMBEDDING_RANK, TensorizeConfig
 from comera_lightning.tensorize.registry import Converter, register_converter, register_integration
 
 __all__ = [
@@ -23,13 +23,14 @@ __all__ = [
 
 
 def linear_defaults(config: TensorizeConfig) -> dict[str, Any]:
-    """Options of linear-like layers taken from the config."""
-    return {"max_rank": config.max_rank, "num_cores": config.num_cores, "init": config.init, "gate_threshold": config.gate_threshold}
+    """Options of linear-like layers taken from the config (``max_rank`` None: ``rank_fraction`` of the smaller side)."""
+    return {"max_rank": config.max_rank, "rank_fraction": config.rank_fraction, "num_cores": config.num_cores,
+            "init": config.init, "gate_threshold": config.gate_threshold}
 
 
 def embedding_defaults(config: TensorizeConfig) -> dict[str, Any]:
     """Options of embedding-like layers taken from the config."""
-    max_rank = config.embedding_max_rank if config.embedding_max_rank is not None else config.max_rank
+    max_rank = next(r for r in (config.embedding_max_rank, config.max_rank, DEFAULT_EMBEDDING_RANK) if r is not None)
     return {"max_rank": max_rank, "num_cores": config.embedding_num_cores, "init": config.init, "gate_threshold": config.gate_threshold}
 
 
@@ -110,7 +111,7 @@ def no_converter_reason(module: nn.Module, shape: str) -> str:
     return f"{type(module).__name__} with a {shape} weight has no TT converter: {advice}"
 
 
-LINEAR_OPTIONS = frozenset({"max_rank", "num_cores", "in_modes", "out_modes", "init", "gate_threshold"})
+LINEAR_OPTIONS = frozenset({"max_rank", "rank_fraction", "num_cores", "in_modes", "out_modes", "init", "gate_threshold"})
 EMBEDDING_OPTIONS = frozenset({"max_rank", "num_cores", "row_modes", "col_modes", "init", "gate_threshold", "deduplicate"})
 EBC_OPTIONS = frozenset({"max_rank", "num_cores", "init", "gate_threshold", "deduplicate", "min_rows"})
 

@@ -4,13 +4,15 @@ A head is found by what it is, never by where it was registered (litgpt register
 blocks): a name like ``lm_head``/``classifier``; a map from the model's width back to an embedding's
 vocabulary; a map to the model's class count (``num_classes``/``num_labels`` of the model or its
 ``config``). Only when none of these finds one is a head inferred from the structure: the linear layers
-outside the model's repeated blocks (``ModuleList``/``Sequential`` entries of one class, attention blocks)
-whose output no other linear layer takes as input; the last of those.
+outside the model's blocks (layer stacks, attention blocks: ``repeated_blocks``) whose output no other
+linear layer takes as input; the last of those.
 """
 
 from __future__ import annotations
 
 from torch import nn
+
+from comera_lightning.tensorize.attention import attention_blocks
 
 __all__ = ["HEAD_NAMES", "output_heads", "repeated_blocks"]
 
@@ -41,15 +43,17 @@ def output_heads(model: nn.Module, linears: list[tuple[str, nn.Module]]) -> dict
 
 
 def repeated_blocks(model: nn.Module) -> list[str]:
-    """Name prefixes of the model's blocks: modules holding an ``nn.MultiheadAttention``, and the entries of a
-    ``ModuleList``/``Sequential`` that holds several modules of one class with children (transformer layers, ...)."""
-    prefixes = [f"{n}." for n, m in model.named_modules() if any(isinstance(c, nn.MultiheadAttention) for c in m.children())]
+    """Name prefixes of the model's blocks, whose linear layers are never heads: attention blocks (``attention.py``),
+    modules holding an ``nn.MultiheadAttention``, the entries of a ``ModuleList`` that have children (layer stacks,
+    one layer deep or more) and those of a ``Sequential`` holding several modules of one class with children."""
+    prefixes = [f"{n}." for n in attention_blocks(model)]
+    prefixes += [f"{n}." for n, m in model.named_modules() if any(isinstance(c, nn.MultiheadAttention) for c in m.children())]
     for name, module in model.named_modules():
         if not isinstance(module, (nn.ModuleList, nn.Sequential)):
             continue
         kinds = [type(c) for c in module.children() if any(True for _ in c.children())]
         for child_name, child in module.named_children():
-            if kinds.count(type(child)) > 1:
+            if type(child) in kinds and (isinstance(module, nn.ModuleList) or kinds.count(type(child)) > 1):
                 prefixes.append(f"{name}.{child_name}." if name else f"{child_name}.")
     return prefixes
 

@@ -342,3 +342,16 @@ def test_callback_state_with_unknown_keys_is_refused():
     cb = ComeraCallback()
     with pytest.raises(KeyError, match="unknown keys"):
         cb.load_state_dict({**cb.state_dict(), "bogus": 1})
+
+
+def test_the_last_logged_sizes_are_the_model_after_its_last_prune(tmp_path):
+    L.seed_everything(0)
+    model, cb = PlainClassifier(), callback(early_epochs=2)
+    logger = CSVLogger(tmp_path, name="run")
+    t = trainer(tmp_path, [cb], logger=logger, max_epochs=2)  # training ends in the early stage: one prune at the end
+    t.fit(model, *loaders())
+    assert cb.stage == "final" and cb.prune_events == 1
+    assert float(t.callback_metrics["comera/params_model"]) == physical_size(model)
+    rows = [r for r in csv.DictReader(open(Path(logger.log_dir) / "metrics.csv")) if r.get("comera/params_model")]
+    assert float(rows[-1]["comera/params_model"]) == physical_size(model)
+    assert int(rows[-1]["step"]) == t.global_step

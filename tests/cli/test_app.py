@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 import re
 import subprocess
@@ -12,7 +13,7 @@ import pytest
 import torch
 import yaml
 
-from comera_lightning import ComeraCallback
+from comera_lightning import ComeraCallback, TensorizeConfig
 from comera_lightning.cli import main
 from comera_lightning.cli.app import ComeraCLI, resolve_wandb_mode
 from comera_lightning.cli.wandb_run import ComeraWandbLogger
@@ -140,19 +141,71 @@ def test_a_run_resumed_from_the_cli_ends_where_the_uninterrupted_run_ends(tmp_pa
         torch.testing.assert_close(b, a, rtol=0, atol=1e-5, msg=name)
 
 
-def test_every_comera_option_has_a_description_in_help(capsys: pytest.CaptureFixture[str]) -> None:
+def _help_options(args: list[str], capsys: pytest.CaptureFixture[str]) -> dict[str, str]:
+    """``comera-lightning <args> --help``: each ``--comera*`` option's help text, wrapped lines joined."""
     with pytest.raises(SystemExit) as exit_info:
-        main(["fit", "--config", "transformer_tiny", "--help"])
+        main([*args, "--help"])
     assert exit_info.value.code == 0
     options: dict[str, str] = {}
     current = None
     for line in capsys.readouterr().out.splitlines():
         if line.startswith("  --comera"):
             current, _, rest = line.strip().partition("  ")
-            options[current] = rest
+            options[current.split(",")[0].split()[0]] = rest
         elif current is not None and line.startswith(" " * 24):
-            options[current] += " " + line.strip()
+            options[current.split(",")[0].split()[0]] += " " + line.strip()
         else:
             current = None
+    return options
+
+
+def test_every_comera_and_tensorize_option_has_a_description_in_help(capsys: pytest.CaptureFixture[str]) -> None:
+    options = _help_options(["fit"], capsys)
+    expected = [f"--comera.{p}" for p in inspect.signature(ComeraCallback).parameters]
+    expected += [f"--comera.tensorize.{name}" for name in TensorizeConfig.option_names()]
+    assert not [name for name in expected if name not in options], "options missing from fit --help"
     undescribed = [name for name, text in options.items() if not re.sub(r"\(type: .*", "", text).strip()]
-    assert len(options) >= 20 and not undescribed, undescribed
+    assert not undescribed, undescribed
+
+
+def _help_defaults(args: list[str], capsys: pytest.CaptureFixture[str]) -> dict[str, str]:
+    """The ``default: ...`` each ``--comera*`` option shows in ``<args> --help``."""
+    return {k: m.group(1) for k, text in _help_options(args, capsys).items() if (m := re.search(r"default: ([^)]*)\)", text))}
+
+
+def test_help_after_configs_shows_their_values_as_the_defaults(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    first, second = tmp_path / "first.yaml", tmp_path / "second.yaml"
+    first.write_text("comera:\n  target_ratio: 0.37\n  tensorize:\n    max_rank: 7\n")
+    second.write_text("comera:\n  target_ratio: 0.41\n")
+    plain = _help_defaults(["fit"], capsys)
+    given = _help_defaults(["fit", "--config", str(first), "--config", str(second)], capsys)
+    assert plain["--comera.target_ratio"] == str(inspect.signature(ComeraCallback).parameters["target_ratio"].default)
+    assert plain["--comera.tensorize.max_rank"] == str(TensorizeConfig().max_rank).replace("None", "null")
+    assert given["--comera.target_ratio"] == "0.41", "the later config wins"
+    assert given["--comera.tensorize.max_rank"] == "7"
+    assert given["--comera.tensorize.num_cores"] == plain["--comera.tensorize.num_cores"] == str(TensorizeConfig().num_cores)
+    bundled = yaml.safe_load((ROOT / "configs" / "transformer_tiny.yaml").read_text())["comera"]
+    assert _help_defaults(["fit", "--config", "transformer_tiny"], capsys)["--comera.target_ratio"] == str(bundled["target_ratio"])
+
+
+@pytest.mark.parametrize("rule, when", [("nonexistent", "before data setup"), ("ffn_norm", "at setup")])  # ffn_norm: a LayerNorm
+def test_a_target_rule_matching_nothing_fails_on_one_line_before_training(
+    rule: str, when: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from comera_lightning.data.pairs import SentencePairDataModule
+
+    monkeypatch.chdir(tmp_path)
+    if when == "before data setup":
+        monkeypatch.setattr(SentencePairDataModule, "setup", lambda *args, **kwargs: pytest.fail("the data was set up"))
+    monkeypatch.setattr(ComeraCallback, "objective", lambda *args, **kwargs: pytest.fail("a training step ran"))
+    config = ROOT / "configs" / "transformer_tiny.yaml"
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", *small(config), *FEW_STEPS, "--comera.target_modules", f"[{rule}]"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "Traceback" not in err
+    line = err.strip().splitlines()[-1]
+    assert line.startswith(f"error: comera: target_modules entries ['{rule}'] match no module of SentencePairClassifier that can be tensorized")
+    listed = line.split("closest first: ")[1].split(". ")[0]
+    assert "attention.query" in listed and "norm" not in listed and "dropout" not in listed
+    if rule == "ffn_norm":
+        assert listed.startswith("backbone.encoder.layers.{0,1}.ffn.")

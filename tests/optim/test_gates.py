@@ -13,7 +13,7 @@ from tests.helpers.plain_modules import PlainClassifier, loaders
 def tensorized():
     torch.manual_seed(0)
     model = PlainClassifier()
-    tensorize(model, max_rank=8)
+    tensorize(model, max_rank=8, num_cores=3)
     gates = [g for _, layer in tt_layers(model) for g in layer.gates]
     return model, gates
 
@@ -147,3 +147,18 @@ def test_a_step_with_non_finite_gate_gradients_is_skipped_under_a_scaler():
     assert all(torch.equal(g, b) for g, b in zip(gates, before)) and all(g.grad is None for g in gates)
 
 
+
+
+def test_gate_lr_follows_the_host_schedule_when_asked():
+    model, gates = tensorized()
+    host = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    torch.optim.lr_scheduler.LambdaLR(host, lambda step: 0.5)  # sets initial_lr, lr = 0.5 × initial_lr
+    following, constant = GateOptimizer(lr=0.02, follow_schedule=True), GateOptimizer(lr=0.02)
+    following.attach(gates, [host])
+    model(torch.randn(4, 64)).sum().backward()
+    host.step()
+    assert following.optimizer.param_groups[0]["lr"] == pytest.approx(0.01)
+    following.detach()
+    constant.attach(gates, [host])
+    host.step()
+    assert constant.optimizer.param_groups[0]["lr"] == pytest.approx(0.02)

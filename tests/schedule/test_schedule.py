@@ -16,9 +16,9 @@ def tt_model_layers():
     return [m for _, m in tt_layers(model)]
 
 
-def test_objective_formulas_per_stage():
+def test_objective_formulas_per_stage_paper_late_stage():
     layers = tt_model_layers()
-    objective = ComeraObjective(rank_weight=0.25, loss_weight=0.1, size_weight=0.01)
+    objective = ComeraObjective(rank_weight=0.25, loss_weight=0.1, size_weight=0.01, late="paper")
     objective.bind(layers)
     loss = torch.tensor(2.0)
     gates = torch.cat([g for layer in layers for g in layer.gates])
@@ -139,7 +139,19 @@ def test_default_early_stage_is_resolved_without_touching_the_argument():
     assert schedule.early_epochs is None, "constructor arguments are never mutated"
     with pytest.raises(ValueError, match="needs early_epochs or early_steps"):
         StageSchedule().resolve(max_epochs=None)
-    assert any("will not start" in m for m in StageSchedule(early_epochs=4).resolve(max_epochs=4)[1]), "a warning"
+    assert any("no late (compression) stage" in m for m in StageSchedule(early_epochs=4).resolve(max_epochs=4)[1]), "a warning"
+
+
+def test_training_that_ends_in_the_early_stage_ends_with_one_prune_not_a_switch():
+    schedule = StageSchedule(early_epochs=2)
+    schedule.resolve(max_epochs=2)
+    assert [schedule.after_epoch(epoch) for epoch in (1, 2)] == [None, "end"]
+    default = StageSchedule()
+    default.resolve(max_epochs=1)  # two thirds of one epoch: the early stage is the whole run
+    assert default.after_epoch(1) == "end"
+    longer = StageSchedule(early_epochs=2)
+    longer.resolve(max_epochs=3)
+    assert [longer.after_epoch(epoch) for epoch in (1, 2)] == [None, "switch"]
 
 
 def test_schedule_state_round_trip_and_strict_load():

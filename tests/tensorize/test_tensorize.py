@@ -28,8 +28,9 @@ class Tiny(nn.Module):
 
 
 def test_default_rules_swap_big_layers_and_leave_head_and_small_ones():
+    assert "include_embeddings" in dict(tensorize(Tiny(), max_rank=8).skipped)["embed"], "tables stay dense by default"
     model = Tiny()
-    report = tensorize(model, max_rank=8)
+    report = tensorize(model, max_rank=8, include_embeddings=True)
     assert isinstance(model.embed, TTEmbedding) and model.embed.padding_idx == 0
     assert isinstance(model.blocks[0].query, TTLinear) and isinstance(model.blocks[1].ffn, TTLinear)
     assert isinstance(model.classifier, nn.Linear) and isinstance(model.small, nn.Linear)
@@ -60,7 +61,7 @@ def test_head_is_swapped_when_named_and_exclusions_win():
 
 def test_per_layer_overrides():
     model = Tiny()
-    report = tensorize(model, max_rank=8, layer_config={"ffn": {"max_rank": 2}, "re:blocks\\.0\\.query": {"num_cores": 2}})
+    report = tensorize(model, max_rank=8, num_cores=3, layer_config={"ffn": {"max_rank": 2}, "re:blocks\\.0\\.query": {"num_cores": 2}})
     assert max(model.blocks[0].ffn.physical_ranks) == 2
     assert len(model.blocks[0].query.cores) == 4 and len(model.blocks[1].query.cores) == 6
     assert report.swapped
@@ -68,8 +69,8 @@ def test_per_layer_overrides():
 
 def test_idempotent_and_to_dense_roundtrip_preserves_function():
     model = Tiny().double()
-    tensorize(model, max_rank=8)
-    second = tensorize(model, max_rank=8)
+    tensorize(model, max_rank=8, include_embeddings=True)
+    second = tensorize(model, max_rank=8, include_embeddings=True)
     assert not second.swapped and second.already_tensorized
     ids = torch.randint(0, 1000, (3, 7))
     expected = model(ids)
@@ -119,7 +120,7 @@ def test_tied_weights_are_left_alone_with_a_reason():
         (dict(init="xavier"), "init='xavier'"),
         (dict(layer_config={"ffn": {"rank": 3}}), r"unknown keys \['rank'\]"),
         (dict(layer_config={"ffn": {"row_modes": (2, 2)}}), "do not apply to blocks.0.ffn"),
-        (dict(target_modules=["small"]), "found nothing to swap"),
+        (dict(target_modules=["small"], rank_fraction=1.0), "found nothing to swap"),
     ],
 )
 def test_bad_rules_raise_value_error_naming_them(kwargs, match):
@@ -134,3 +135,32 @@ def test_a_module_of_an_unhandled_type_with_a_large_weight_is_listed_as_skipped(
     model = nn.Sequential(nn.Conv2d(16, 64, 3), nn.Flatten(), nn.Linear(64, 256), nn.Linear(256, 256), nn.Linear(256, 4))
     report = tensorize(model, max_rank=4)
     assert "Conv2d with a 64x16x3x3 weight has no TT converter" in dict(report.skipped)["0"]
+
+
+class AttentionBlock(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.attn = nn.ModuleDict({"q": nn.Linear(64, 64), "o": nn.Linear(64, 64)})
+        self.up, self.down = nn.Linear(64, 256), nn.Linear(256, 64)
+        self.head = nn.Linear(64, 10)
+
+
+def test_attention_projections_stay_dense_by_default_and_join_on_request():
+    report = tensorize(AttentionBlock())
+    skipped = dict(report.skipped)
+    assert "include_attention" in skipped["attn.q"] and "include_attention" in skipped["attn.o"]
+    assert {r.name for r in report.swapped} == {"up", "down"}
+    assert {r.name for r in tensorize(AttentionBlock(), include_attention=True).swapped} == {"attn.q", "attn.o", "up", "down"}
+    assert {r.name for r in tensorize(AttentionBlock(), target_modules=["attn.q"]).swapped} == {"attn.q"}
+
+
+def test_default_rank_is_a_quarter_of_the_smaller_side_and_max_rank_overrides_it():
+    model = AttentionBlock()
+    tensorize(model)
+    assert model.up.physical_ranks == (16,) and model.down.physical_ranks == (16,)
+    model = AttentionBlock()
+    tensorize(model, max_rank=4, rank_fraction=0.5)
+    assert model.up.physical_ranks == (4,)
+    model = AttentionBlock()
+    tensorize(model, rank_fraction=0.5, layer_config={"down": {"rank_fraction": 0.125}})
+    assert model.up.physical_ranks == (32,) and model.down.physical_ranks == (8,)
