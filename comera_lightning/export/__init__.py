@@ -9,8 +9,9 @@ with torch alone. docs/INFERENCE.md has the forms, the tolerance and the measure
 from __future__ import annotations
 
 import copy
+import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,8 @@ from comera_lightning.layers import TTEmbedding, TTLinear, TTModule
 from comera_lightning.rank import tt_layers
 
 __all__ = ["export", "inference_copy"]
+
+log = logging.getLogger(__name__)
 
 
 def inference_copy(model: nn.Module, example_inputs: Sequence[Any] = ()) -> nn.Module:
@@ -113,11 +116,9 @@ def export(
     if target is not None and target.exists() and (target.is_dir() or not overwrite):
         what = "a directory" if target.is_dir() else "an existing file (pass overwrite=True to replace it)"
         raise FileExistsError(f"export: {target} is {what}; choose another path.")
-    plain = inference_copy(model, example_inputs)
     if dynamic_shapes == "auto":
         dynamic_shapes = _auto_dims(example_inputs)
-    with torch.no_grad():
-        program = torch.export.export(plain, example_inputs, dynamic_shapes=dynamic_shapes, strict=False)
+    program = _trace(lambda: inference_copy(model, example_inputs), example_inputs, dynamic_shapes)
     _drop_debug_metadata(program)
     if target is not None:
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -125,6 +126,35 @@ def export(
         torch.export.save(program, partial)
         partial.replace(target)
     return program
+
+
+def _trace(plain: Callable[[], nn.Module], example_inputs: tuple, dynamic_shapes: Any) -> torch.export.ExportedProgram:
+    """``torch.export.export`` of ``plain()``; where the model branches on a tensor's value, ``draft_export``.
+
+    torch's own ``nn.Transformer`` does (the decoder compares ``tgt_mask`` with a causal mask, Lightning's demo
+    Transformer passes one), and ``torch.export`` cannot trace it, dense or not. ``draft_export`` takes the branch
+    the example inputs take and asserts in the program that later inputs take it too (with fixed shapes where
+    torch's draft mode cannot keep them dynamic). Each try traces a fresh copy: a failed trace can leave fake
+    tensors in the module (the demo caches its mask on ``self``).
+    """
+    from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
+
+    def fresh(inputs: tuple) -> tuple:  # a trace marks its input tensors dynamic; the next try must not inherit that
+        return tuple(x.clone() if isinstance(x, torch.Tensor) else x for x in inputs)
+
+    with torch.no_grad():
+        try:
+            return torch.export.export(plain(), example_inputs, dynamic_shapes=dynamic_shapes, strict=False)
+        except GuardOnDataDependentSymNode as err:
+            log.warning("export: the model branches on a tensor's value (%s); exported with torch.export.draft_export, which "
+                        "follows the example inputs' branch and asserts it at run time.", str(err).splitlines()[0])
+        try:
+            return torch.export.draft_export(plain(), fresh(example_inputs), dynamic_shapes=dynamic_shapes, strict=False)
+        except Exception:  # torch's draft mode loses track of some dynamic sizes
+            if dynamic_shapes is None:
+                raise
+            log.warning("export: draft_export failed with dynamic shapes; the program's input shapes are fixed to the example inputs'.")
+            return torch.export.draft_export(plain(), fresh(example_inputs), dynamic_shapes=None, strict=False)
 
 
 #: Per-node metadata the program does not need to run: stack traces and module paths were 60 % of the

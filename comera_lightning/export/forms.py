@@ -27,7 +27,7 @@ from comera_lightning.layers import TTEmbedding, TTLinear
 from comera_lightning.layers.contraction import chain_cost, contract_chain
 from comera_lightning.layers.shapes import prod
 
-__all__ = ["CONTRACTION_SHARE", "CoresLinear", "FactorizedEmbedding", "embedding_form", "linear_form"]
+__all__ = ["CONTRACTION_SHARE", "CoresLinear", "FactorizedEmbedding", "FactorsLinear", "embedding_form", "linear_form"]
 
 #: The largest share of a layer's matmul work that re-contracting its cores on every call may add.
 CONTRACTION_SHARE = 0.1
@@ -42,13 +42,35 @@ class CoresLinear(nn.Module):
         self.bias = None if layer.bias is None else nn.Parameter(layer.bias.detach().clone(), requires_grad=False)
         self.split, self.in_features, self.out_features = len(layer.in_modes), layer.in_features, layer.out_features
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def _factors(self) -> tuple[torch.Tensor, torch.Tensor]:
         cores = list(self.cores)
         left, right = contract_chain(cores[: self.split]), contract_chain(cores[self.split :])
-        a = left.reshape(-1, left.shape[-1])[: self.in_features]
-        b = right.reshape(right.shape[0], -1)[:, : self.out_features]
+        return left.reshape(-1, left.shape[-1])[: self.in_features], right.reshape(right.shape[0], -1)[:, : self.out_features]
+
+    @property
+    def weight(self) -> torch.Tensor:
+        """The dense ``(out, in)`` weight, for model code that reads a linear layer's weight (T5 reads its dtype)."""
+        a, b = self._factors()
+        return (a @ b).T
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        a, b = self._factors()
         y = (x @ a) @ b
         return y + self.bias if self.bias is not None else y
+
+
+class FactorsLinear(nn.Sequential):
+    """``nn.Linear(in, r)`` then ``nn.Linear(r, out)``; ``weight``/``bias`` answer code that reads a linear's (T5)."""
+
+    @property
+    def weight(self) -> torch.Tensor:
+        """The dense ``(out, in)`` weight the two factors stand for."""
+        return self[1].weight @ self[0].weight
+
+    @property
+    def bias(self) -> torch.Tensor | None:
+        """The output bias."""
+        return self[1].bias
 
 
 def _contraction_cost(layer: TTLinear) -> int:
@@ -75,7 +97,7 @@ def linear_form(layer: TTLinear, tokens: int = 0) -> nn.Module:
         second.weight.copy_(b.T)
         if layer.bias is not None:
             second.bias.copy_(layer.bias)
-    return nn.Sequential(first, second)
+    return FactorsLinear(first, second)
 
 
 class FactorizedEmbedding(nn.Module):

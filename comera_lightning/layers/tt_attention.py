@@ -48,10 +48,18 @@ class TTMultiheadAttention(TensorizedModule):
         self._qkv_same_embed_dim = self.kdim == embed_dim and self.vdim == embed_dim
 
     # ---------------------------------------------------------------- what nn.Transformer*Layer reads
+    def _trains(self) -> bool:
+        """Whether q/k/v are still trains (not ``export``'s inference forms, which have no dense weight to read)."""
+        return all(isinstance(p, TTLinear) for p in (self.q_proj, self.k_proj, self.v_proj))
+
     @property
     def in_proj_weight(self) -> torch.Tensor | None:
-        """The packed ``(3E, E)`` projection weight the trains stand for (None when key/value widths differ)."""
-        if not self._qkv_same_embed_dim:
+        """The packed ``(3E, E)`` projection weight the trains stand for.
+
+        None when key/value widths differ, or once ``export`` put the projections in their inference form: torch's
+        layers then call this module's forward instead of their fused kernel (which would need the dense weights).
+        """
+        if not (self._qkv_same_embed_dim and self._trains()):
             return None
         return torch.cat([self.q_proj.weight, self.k_proj.weight, self.v_proj.weight])
 
@@ -60,7 +68,9 @@ class TTMultiheadAttention(TensorizedModule):
 
     @property
     def in_proj_bias(self) -> torch.Tensor | None:
-        """The packed ``(3E,)`` projection bias (None without biases)."""
+        """The packed ``(3E,)`` projection bias (None without biases, or once in export's inference form)."""
+        if not self._trains():
+            return None
         biases = [p.bias for p in (self.q_proj, self.k_proj, self.v_proj)]
         return None if any(b is None for b in biases) else torch.cat(biases)
 

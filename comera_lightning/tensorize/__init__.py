@@ -3,9 +3,9 @@
 Which layers: the rules of :class:`~comera_lightning.tensorize.config.TensorizeConfig`
 (``comera_lightning.tensorize.rules`` says how names match). By default every module whose type has
 a converter in ``comera_lightning.tensorize.registry`` is a candidate (``nn.Linear``, ``nn.Embedding``, and
-with torchrec in use ``EmbeddingBagCollection``), except output heads (the model's last
-``nn.Linear`` or one named like ``classifier``/``lm_head``), layers whose weight is tied to another
-module, frozen layers and layers too small to gain. The returned report lists what was swapped,
+with torchrec in use ``EmbeddingBagCollection``), except output heads (``heads.py``: found by name,
+vocabulary, class count or structure), layers whose weight is tied to another module, frozen layers and
+layers too small to gain. The returned report lists what was swapped,
 what was skipped and why.
 """
 
@@ -21,9 +21,9 @@ from torch import nn
 
 from comera_lightning.layers import TensorizedModule
 from comera_lightning.rank import compression_stats
-from comera_lightning.tensorize import converters  # noqa: F401  (registers the built-in converters)
-from comera_lightning.tensorize.config import DEFAULT_EMBEDDING_RANK, INIT_CHOICES, ModuleRules, TensorizeConfig
 from comera_lightning.tensorize.attention import attention_blocks
+from comera_lightning.tensorize.config import DEFAULT_EMBEDDING_RANK, INIT_CHOICES, ModuleRules, TensorizeConfig
+from comera_lightning.tensorize.converters import no_converter_reason  # importing it registers the built-in converters
 from comera_lightning.tensorize.heads import output_heads
 from comera_lightning.tensorize.registry import Converter, converter_for
 from comera_lightning.tensorize.rules import Rule, RuleMatchError, overrides_for, unmatched_error
@@ -252,7 +252,7 @@ def _plan(
         if converter is None:
             unhandled = _large_weight(module)
             if unhandled is not None and (not targets.given or targets.matches(name)):
-                report.skipped.append((name, f"{type(module).__name__} with a {unhandled} weight has no TT converter (docs/DESIGN.md: adding a layer type)"))
+                report.skipped.append((name, no_converter_reason(module, unhandled)))
             continue
         if targets.given and not targets.matches(name):
             continue

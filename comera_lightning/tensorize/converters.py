@@ -16,7 +16,10 @@ from comera_lightning.layers import TTEmbedding, TTLinear, TTMultiheadAttention
 from comera_lightning.tensorize.config import DEFAULT_EMBEDDING_RANK, TensorizeConfig
 from comera_lightning.tensorize.registry import Converter, register_converter, register_integration
 
-__all__ = ["EBC_OPTIONS", "EMBEDDING_OPTIONS", "LINEAR_OPTIONS", "build_linear_like", "embedding_defaults", "linear_defaults", "weight_std"]
+__all__ = [
+    "EBC_OPTIONS", "EMBEDDING_OPTIONS", "LINEAR_OPTIONS", "build_linear_like", "embedding_defaults", "linear_defaults",
+    "no_converter_reason", "weight_std",
+]
 
 
 def linear_defaults(config: TensorizeConfig) -> dict[str, Any]:
@@ -93,6 +96,19 @@ def _linear_unsupported(module: nn.Linear) -> str | None:
 
 def _embedding_unsupported(module: nn.Embedding) -> str | None:
     return "embedding with max_norm or sparse=True is not supported" if module.max_norm is not None or module.sparse else None
+
+
+def no_converter_reason(module: nn.Module, shape: str) -> str:
+    """What the report says of a module whose type has no converter but a large weight: why, and what to do."""
+    if isinstance(module, nn.modules.conv._ConvNd):
+        advice = ("convolutions have no TT form here, it stays dense (a ViT patch embedding or a Whisper front end is a "
+                  "small share of the model); to tensorize one, register a Converter (docs/DESIGN.md, Extension points)")
+    elif isinstance(module, nn.EmbeddingBag):
+        advice = "use nn.Embedding, or TorchRec's EmbeddingBagCollection (tensorized once torchrec is imported)"
+    else:
+        advice = ("it stays dense; register a Converter for its type to tensorize it (docs/DESIGN.md, Extension points), "
+                  "or name it in exclude_modules to leave it out of the report")
+    return f"{type(module).__name__} with a {shape} weight has no TT converter: {advice}"
 
 
 LINEAR_OPTIONS = frozenset({"max_rank", "rank_fraction", "num_cores", "in_modes", "out_modes", "init", "gate_threshold"})

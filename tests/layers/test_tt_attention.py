@@ -7,7 +7,9 @@ from torch import nn
 from comera_lightning import tensorize, to_dense
 from comera_lightning.layers import TTMultiheadAttention
 
-FULL_RANK = dict(init="svd", max_rank=4096, min_compression=0.0)
+# Attention is named explicitly: with target_modules None it stays dense unless the defaults say otherwise.
+FULL_RANK = dict(init="svd", max_rank=4096, min_compression=0.0, target_modules=["attn"])
+TRANSFORMER_LAYERS = ["self_attn", "multihead_attn", "linear1", "linear2"]
 
 
 def _copy(module: nn.Module) -> nn.Module:
@@ -77,7 +79,7 @@ def test_transformer_layers_train_and_take_the_fused_inference_path(norm_first):
     mask = nn.Transformer.generate_square_subsequent_mask(6)
     with torch.no_grad():
         expected = model(src, tgt, tgt_mask=mask)
-    report = tensorize(model, **FULL_RANK)
+    report = tensorize(model, **{**FULL_RANK, "target_modules": TRANSFORMER_LAYERS})
     kinds = sorted(r.kind for r in report.swapped)
     assert kinds.count("mha") == 4 and kinds.count("linear") == 6, report
     assert not [name for name, reason in report.skipped if "out_proj" in name], report.skipped
@@ -102,7 +104,7 @@ def test_attention_with_bias_kv_is_skipped_with_the_reason():
 
 
 def test_lightning_demo_transformer_fits_with_eval_validation(tmp_path, monkeypatch):
-    """Lightning's own demo nn.Transformer LM with ComeraCallback(): trains, validates in eval mode, prunes."""
+    """Lightning's own demo nn.Transformer LM with ComeraCallback (attention named): trains, validates in eval mode, prunes."""
     monkeypatch.chdir(tmp_path)  # whatever the demo writes stays out of the checkout
     import lightning as L
     from lightning.pytorch.demos.transformer import LightningTransformer
@@ -130,7 +132,7 @@ def test_lightning_demo_transformer_fits_with_eval_validation(tmp_path, monkeypa
 
     L.seed_everything(0)
     module = DemoLM(vocab_size=256)
-    callback = ComeraCallback()
+    callback = ComeraCallback(target_modules=TRANSFORMER_LAYERS)
     trainer = L.Trainer(max_epochs=3, callbacks=[callback], logger=False, enable_checkpointing=False, enable_progress_bar=False,
                         enable_model_summary=False, accelerator="cpu")
     trainer.fit(module)
