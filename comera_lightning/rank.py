@@ -18,6 +18,7 @@ from comera_lightning.optim.state import slice_optimizer_state_
 
 __all__ = [
     "tt_layers",
+    "latch_dead_gates_",
     "gate_weights",
     "size_surrogate",
     "surrogate_normalizer",
@@ -34,6 +35,12 @@ SURROGATES = ("mean", "size")
 def tt_layers(module: nn.Module) -> list[tuple[str, TTModule]]:
     """Every TT layer inside ``module`` with its qualified name (each module once)."""
     return [(name, m) for name, m in module.named_modules() if isinstance(m, TTModule)]
+
+
+def latch_dead_gates_(module: nn.Module) -> None:
+    """Every TT layer's gates at or below its threshold dead for good (what eager forward does; a compiled one does not)."""
+    for _, layer in tt_layers(module):
+        layer.latch_dead_gates_()
 
 
 def gate_weights(layer: TTModule) -> list[int]:

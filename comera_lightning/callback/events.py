@@ -13,7 +13,7 @@ from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from comera_lightning.callback.metrics import log_rank_table, publish_sizes
 from comera_lightning.callback.trainer import mean_over_ranks, rewrap_ddp
 from comera_lightning.optim.gates import GateOptimizer
-from comera_lightning.rank import PruneSummary, prune_
+from comera_lightning.rank import PruneSummary, latch_dead_gates_, prune_
 from comera_lightning.schedule import ComeraObjective, LossTarget, StageSchedule
 from comera_lightning.strategy.protocol import ResizeListener
 
@@ -39,7 +39,8 @@ class StageEvents:
             rank_zero_warn(f"ComeraCallback: {message}")
 
     def end_batch(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        """After a training batch: the step-based event due, if any."""
+        """After a training batch: dead gates latched (a compiled forward does not), then the step-based event due, if any."""
+        latch_dead_gates_(pl_module)
         self.carry_out(self.schedule.after_batch(trainer.global_step), trainer, pl_module, trainer.current_epoch + 1)
 
     def end_epoch(self, trainer: pl.Trainer, pl_module: pl.LightningModule, epochs_done: int) -> None:

@@ -141,14 +141,27 @@ class TTModule(TensorizedModule):
     def gated_cores(self) -> list[torch.Tensor]:
         """Cores with each bond's masked gate folded into the core on its left."""
         masks = self.gate_masks()
-        if self.training:
-            with torch.no_grad():  # dead gates stay dead, whatever the optimizer does later
-                for alive, mask in zip(self._alive_masks(), masks):
-                    alive.copy_(mask)
+        if self.training and not torch.compiler.is_compiling():  # compiled: the trainer latches (rank.latch_dead_gates_)
+            self._latch(masks)
         cores = list(self.cores)
         for k, (gate, mask) in enumerate(zip(self.gates, masks)):
             cores[k] = cores[k] * (gate * mask).to(cores[k].dtype)
         return cores
+
+    @torch.no_grad()
+    def _latch(self, masks: list[torch.Tensor]) -> None:
+        """Dead gates stay dead, whatever the optimizer does later: the alive buffers only ever lose indices."""
+        for alive, mask in zip(self._alive_masks(), masks):
+            alive.copy_(mask)
+
+    def latch_dead_gates_(self) -> None:
+        """Mark the gates now at or below the threshold dead for good (forward does it in eager training).
+
+        A ``torch.compile``d forward leaves it out (an in-place buffer update in a step that calls the
+        layer twice breaks the compiled backward); whoever trains a compiled model calls this after each
+        step (``ComeraCallback`` does).
+        """
+        self._latch(self.gate_masks())
 
     def dead_output(self, shape: tuple[int, ...], inputs: torch.Tensor) -> torch.Tensor:
         """Zeros of ``shape``: the output of a train with a bond at rank 0, still tied to its inputs and parameters.

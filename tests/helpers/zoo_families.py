@@ -156,18 +156,13 @@ def _dense_ids(model: nn.Module, inputs: tuple) -> tuple:
     return inputs[0], kjt_to_ids(inputs[1], feature_names(model))
 
 
-#: The demo embeds source and target with one (TT) embedding: a TT layer called twice in one compiled step.
-COMPILED_TWICE = ("a TT layer called twice in one torch.compile'd step fails in backward: the rank gates' alive mask "
-                  "is updated in place in forward (layers/base.py gated_cores); eager training works")
-
 FAMILIES: list[Family] = [
     Family("torch-transformer", "torch", "nn.Transformer", "torch", _torch_transformer,
            lambda s: _floats(s, (BATCH, SEQ, WIDTH), (BATCH, SEQ, WIDTH)), ["self_attn", "multihead_attn", "linear1", "linear2"]),
     Family("torch-encoder", "torch", "nn.TransformerEncoder", "torch", _torch_encoder,
            lambda s: _floats(s, (BATCH, SEQ, WIDTH)), ["self_attn", "linear1", "linear2"]),
     Family("lightning-demo", "lightning", "demos.transformer.Transformer (nn.Transformer LM)", "lightning", _lightning_demo,
-           lambda s: _tokens(s, 2), ["self_attn", "multihead_attn", "linear1", "linear2", "embedding"],
-           known_failures={"compile": COMPILED_TWICE}),
+           lambda s: _tokens(s, 2), ["self_attn", "multihead_attn", "linear1", "linear2", "embedding"]),
     Family("hf-bert", "transformers", "BERT (BertForSequenceClassification)", "transformers",
            _hf("BertForSequenceClassification", "BertConfig", ("input_ids",), **_ENCODER, num_labels=3,
                max_position_embeddings=64), _tokens, ["query", "key", "value", "dense", "word_embeddings"]),
