@@ -23,13 +23,18 @@ def assert_pruned_without_diverging(tracker, at_least=0.3):
     assert torch.isfinite(losses).all() and losses.max() <= 1.05 * losses[0], f"diverged: {losses.tolist()}"
 
 
-@pytest.mark.parametrize("optimizer, lr", [("adamw", 1e-3), ("sgd", 0.005)])  # sgd: lr·10 = 0.05, momentum 0.9
-def test_defaults_prune_a_plain_module_with_one_optimizer_and_a_cosine_schedule(optimizer, lr):
+# sgd: lr·10 = 0.05, momentum 0.9. Its loss swings by more than loss_tolerance from epoch to epoch, so the guarded
+# late stage keeps its ranks (and ends below its switch-time loss); the paper's late stage prunes whatever the loss.
+@pytest.mark.parametrize("optimizer, lr, late_objective, at_least",
+                         [("adamw", 1e-3, "guarded", 0.3), ("sgd", 0.005, "paper", 0.3), ("sgd", 0.005, "guarded", 0.0)])
+def test_defaults_prune_a_plain_module_with_one_optimizer_and_a_cosine_schedule(optimizer, lr, late_objective, at_least):
     L.seed_everything(0)
     model = PlainClassifier(lr=lr, optimizer=optimizer, cosine=True)
-    _, comera, tracker = fit_with_defaults(model, loaders(), enable_checkpointing=False)
+    _, comera, tracker = fit_with_defaults(model, loaders(), enable_checkpointing=False, late_objective=late_objective)
     assert comera.stage == "late"
-    assert_pruned_without_diverging(tracker)
+    assert_pruned_without_diverging(tracker, at_least)
+    if late_objective == "guarded":
+        assert tracker.val_losses[-1] <= tracker.val_losses[2], f"worse than at the switch: {tracker.val_losses}"
 
 
 @pytest.mark.parametrize("kind", ["bert", "llama", "gpt2"])
@@ -44,7 +49,7 @@ def test_hugging_face_models_built_in_configure_model_are_tensorized_and_pruned(
     if kind == "gpt2":
         from comera_lightning.tensorize.integrations.hf import TTConv1D
 
-        for part in ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"):
+        for part in ("mlp.c_fc", "mlp.c_proj"):  # attention stays dense by default (include_attention)
             assert isinstance(model.get_submodule(f"model.transformer.h.0.{part}"), TTConv1D), part
 
 

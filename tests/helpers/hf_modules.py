@@ -97,9 +97,9 @@ class PruneTracker(L.Callback):
         return 1 - self.after / self.at_switch
 
 
-def fit_with_defaults(model, loaders, max_epochs: int = 13, comera: bool = True, **trainer_kwargs):
+def fit_with_defaults(model, loaders, max_epochs: int = 13, comera: bool = True, late_objective: str = "guarded", **trainer_kwargs):
     """The drop-in run: only max_rank, early_epochs and target_ratio set on the callback (``comera=False``: dense)."""
-    callback, tracker = ComeraCallback(max_rank=16, early_epochs=3, target_ratio=0.2), PruneTracker()
+    callback, tracker = ComeraCallback(max_rank=16, early_epochs=3, target_ratio=0.2, late_objective=late_objective), PruneTracker()
     trainer = L.Trainer(
         max_epochs=max_epochs, callbacks=[callback, tracker] if comera else [tracker], logger=False,
         enable_progress_bar=False, enable_model_summary=False, accelerator="cpu", **trainer_kwargs,
