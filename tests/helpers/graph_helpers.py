@@ -9,7 +9,7 @@ import torch
 from lightning.pytorch.loggers.logger import Logger
 from lightning.pytorch.strategies import SingleDeviceStrategy
 
-from comera_lightning import ComeraCallback, CUDAGraphStrategy
+from comera_lightning import ComeraCallback, CUDAGraphStrategy, TensorizeConfig
 from tests.helpers.plain_modules import PlainClassifier, loaders
 
 
@@ -35,7 +35,9 @@ class MemoryLogger(Logger):
 
 
 def comera(**kwargs: Any) -> ComeraCallback:
-    kwargs = {"max_rank": 8, "rank_weight": 0.5, "target_ratio": 0.3, "gate_lr": 3e-2, **kwargs}
+    # The paper's layout and late stage: what these graph tests were written for (six-core trains, every layer).
+    layout = TensorizeConfig(num_cores=3, include_attention=True, include_embeddings=True, min_compression=2.0)
+    kwargs = {"max_rank": 8, "rank_weight": 0.5, "target_ratio": 0.3, "gate_lr": 3e-2, "late_objective": "paper", "tensorize": layout, **kwargs}
     return ComeraCallback(**kwargs)
 
 

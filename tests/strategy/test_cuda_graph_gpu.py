@@ -127,7 +127,7 @@ def compare_with_single_device(device: str, precision: str, dropout: float, rtol
     names = [n for n in ref_logs.rows[0][1] if n.startswith("comera/")] + ["train_loss"]
     for name in names:
         graph, eager = logs.series(name), ref_logs.series(name)
-        assert graph.keys() == eager.keys() and len(graph) == 36, name
+        assert graph.keys() == eager.keys() and len(graph) in (36, 37), name  # 37: sizes published after the prune at step 36
         torch.testing.assert_close(torch.tensor(list(graph.values())), torch.tensor(list(eager.values())), rtol=rtol, atol=atol,
                                    msg=f"{name} logged by the captured run differs")
     if memory.trace:
