@@ -21,6 +21,7 @@ __all__ = [
     "latch_dead_gates_",
     "gate_weights",
     "size_surrogate",
+    "size_surrogates",
     "surrogate_normalizer",
     "active_size",
     "CompressionStats",
@@ -76,16 +77,33 @@ def size_surrogate(
     does not make ``R`` jump); by default it is ``surrogate_normalizer`` of the layers now.
     ``spare_strongest``: leave each bond's largest gate out, so ``R`` never pushes a bond to rank 0.
     """
+    total, strongest, denominator = _surrogate_sums(layers, kind, normalizer, spare_strongest)
+    return (total - strongest if spare_strongest else total) / denominator
+
+
+def size_surrogates(layers: Sequence[TTModule], kind: str = "mean", normalizer: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``size_surrogate`` without and with ``spare_strongest``, from one pass over the gates."""
+    total, strongest, denominator = _surrogate_sums(layers, kind, normalizer, True)
+    return total / denominator, (total - strongest) / denominator
+
+
+def _surrogate_sums(
+    layers: Sequence[TTModule], kind: str, normalizer: float | None, strongest: bool
+) -> tuple[torch.Tensor, torch.Tensor | None, float]:
+    """The weighted sum of the live gates, of each bond's largest one (when asked), and the denominator."""
     if not layers:
         raise ValueError("size_surrogate needs at least one TT layer; run tensorize() first.")
-    denominator = normalizer if normalizer is not None else surrogate_normalizer(layers, kind)
-    terms = []
+    denominator = max(normalizer if normalizer is not None else surrogate_normalizer(layers, kind), 1.0)
+    sums, maxima = [], []
     for layer in layers:
         weights = gate_weights(layer) if kind == "size" else [1] * len(layer.gates)
         for gate, mask, weight in zip(layer.gates, layer.gate_masks(), weights):
             live = (gate * mask).float()
-            terms.append((live.sum() - (live.max() if spare_strongest and live.numel() else 0)) * weight)
-    return torch.stack(terms).sum() / max(denominator, 1.0)
+            sums.append(live.sum() * weight)
+            if strongest and live.numel():
+                maxima.append(live.max() * weight)
+    top = torch.stack(maxima).sum() if maxima else torch.zeros_like(sums[0])
+    return torch.stack(sums).sum(), top if strongest else None, denominator
 
 
 def active_size(layers: Sequence[TTModule]) -> torch.Tensor:

@@ -9,15 +9,16 @@ import lightning.pytorch as pl
 import torch
 from torch import nn
 
-from comera_lightning.rank import active_size, compression_stats, tt_layers
+from comera_lightning.rank import CompressionStats, active_size, compression_stats, tt_layers
 from comera_lightning.schedule import STAGES
 
 __all__ = ["compression_metrics", "log_rank_table", "publish_sizes", "size_metrics"]
 
 
-def size_metrics(module: nn.Module) -> dict[str, float]:
-    """The model's size now: ``comera/compression_*``, ``comera/params_*`` and ``comera/layers_rank0``."""
-    stats = compression_stats(module)
+def size_metrics(module: nn.Module, stats: CompressionStats | None = None) -> dict[str, float]:
+    """The model's size now (``stats``: its ``compression_stats``, when already taken): ``comera/compression_*``,
+    ``comera/params_*`` and ``comera/layers_rank0``."""
+    stats = stats if stats is not None else compression_stats(module)
     return {
         "comera/compression_model": stats.model_compression,
         "comera/compression_tt": stats.tt_compression,
@@ -42,14 +43,14 @@ def compression_metrics(module: nn.Module, stage: str, terms: Mapping[str, torch
     layer (its bonds' mean active rank: a few dozen series for the paper model instead of ~180);
     ``"bond"`` one ``comera/rank/<layer>/<k>`` series per bond.
     """
-    layers = tt_layers(module)
+    layers, stats = tt_layers(module), compression_stats(module)
     size = terms.get("active_size")
     size = active_size([m for _, m in layers]) if size is None else size
     metrics: dict[str, Any] = {
-        **size_metrics(module),
+        **size_metrics(module, stats),
         "comera/stage": float(STAGES.index(stage)),
         "comera/params_tt_active": size,
-        "comera/compression_tt_active": compression_stats(module).dense_tt_parameters / size.clamp_min(1),
+        "comera/compression_tt_active": stats.dense_tt_parameters / size.clamp_min(1),
     }
     for key in ("size_surrogate", "lam", "task_loss"):
         if key in terms:

@@ -21,7 +21,7 @@ import torch
 
 from comera_lightning._checks import check_number
 from comera_lightning.layers import TTModule
-from comera_lightning.rank import SURROGATES, active_size, size_surrogate, surrogate_normalizer
+from comera_lightning.rank import SURROGATES, active_size, size_surrogate, size_surrogates, surrogate_normalizer
 from comera_lightning.schedule.guard import QualityGuard
 
 __all__ = ["LATE_OBJECTIVES", "ComeraObjective"]
@@ -72,7 +72,11 @@ class ComeraObjective:
 
     def __call__(self, task_loss: torch.Tensor, stage: str) -> torch.Tensor:
         """The objective of ``stage`` for ``task_loss``; its terms (detached) go to ``last``."""
-        surrogate = size_surrogate(self.layers, self.surrogate, self.normalizer)
+        guarded = stage == "late" and self.late == "guarded"
+        if guarded:  # each bond's strongest rank is spared in the size term: it never cuts a layer off
+            surrogate, spared = size_surrogates(self.layers, self.surrogate, self.normalizer)
+        else:
+            surrogate = size_surrogate(self.layers, self.surrogate, self.normalizer)
         loss = task_loss.detach().float()
         self.last = self._keep(task_loss=loss, size_surrogate=surrogate)
         if stage == "early":
@@ -80,10 +84,10 @@ class ComeraObjective:
         if stage == "final":
             return task_loss
         size = active_size(self.layers).clamp_min(1.0)  # a model pruned to nothing must not divide by zero
-        if self.late == "guarded":  # each bond's strongest rank is spared: the size term never cuts a layer off
+        if guarded:
             lam = self.guard.pressure(loss) * (size > self.size_target).to(loss.dtype)
             self.last.update(self._keep(lam=lam, active_size=size))
-            return task_loss + lam * size_surrogate(self.layers, self.surrogate, self.normalizer, spare_strongest=True)
+            return task_loss + lam * spared
         lam = ((loss - self.loss_target) / loss < (size - self.size_target) / size).to(loss.dtype)
         self.last.update(self._keep(lam=lam, active_size=size))
         return self.loss_weight * task_loss + self.size_weight * surrogate + lam * surrogate + (1 - lam) * task_loss

@@ -101,23 +101,24 @@ def test_tensorize_train_eval_prune_export(key, runs):
     assert run.export_ok(), f"exported outputs differ by {run.export_error:.3g} (tolerance {run.tolerance():.3g})"
 
 
+def _check_new_process(key: str, runs, results: dict, measure: str, column: str, what: str) -> None:
+    """A new process's ``results[key][measure]`` within the family's tolerance; the table's ``column`` records it."""
+    family = _family(key)  # skips first when the family's package is missing
+    run, result = runs(key), results[key]
+    setattr(ROWS.setdefault(key, Row(family)), column, "error" not in result and result[measure] <= run.tolerance())
+    assert "error" not in result, result.get("error")
+    assert result[measure] <= run.tolerance(), f"{what} differ by {result[measure]:.3g}"
+
+
 @pytest.mark.parametrize("key", KEYS)
 def test_state_reloads_in_a_new_process(key, runs, reloads):
-    family = _family(key)
-    run, result = runs(key), reloads[key]
-    ROWS.setdefault(key, Row(family)).reload_ok = "error" not in result and result["state"] <= run.tolerance()
-    assert "error" not in result, result.get("error")
-    assert result["state"] <= run.tolerance(), f"reloaded state: logits differ by {result['state']:.3g}"
+    _check_new_process(key, runs, reloads, "state", "reload_ok", "reloaded state: logits")
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("key", KEYS)
 def test_exported_program_loads_in_a_new_process(key, runs, program_reloads):
-    family = _family(key)
-    run, result = runs(key), program_reloads[key]
-    ROWS.setdefault(key, Row(family)).program_loaded = "error" not in result and result["program"] <= run.tolerance()
-    assert "error" not in result, result.get("error")
-    assert result["program"] <= run.tolerance(), f"loaded program: outputs differ by {result['program']:.3g}"
+    _check_new_process(key, runs, program_reloads, "program", "program_loaded", "loaded program: outputs")
 
 
 def _compile_marks(key: str) -> list:
