@@ -57,6 +57,10 @@ class InferenceCache:
             return False
         return self.signature == _signature(tensors, threshold)
 
+    def discard(self, key: Hashable) -> None:
+        """Forget the value under ``key`` (it is recomputed on the next ``get``)."""
+        self.values.pop(key, None)
+
     def get(self, key: Hashable, compute: Callable[[], object]) -> object:
         if key not in self.values:
             self.values[key] = compute()

@@ -10,10 +10,16 @@ from torch import nn
 
 from comera_lightning.layers.base import TTModule
 from comera_lightning.layers.contraction import chain_cost, contract_chain, tt_svd
+from comera_lightning.layers.hot_rows import HotRowIndex, IdCounter, default_cache_rows, serve_rows
+from comera_lightning.layers.inference_cache import caching_allowed
 from comera_lightning.layers.interface import LayerSummary, format_modes
 from comera_lightning.layers.shapes import balance_halves, bond_rank_caps, factorize, prod
+from comera_lightning.layers.tt_rows import chain_cost_per_id, chain_rows
 
-__all__ = ["TTEmbedding"]
+__all__ = ["LOOKUPS", "TTEmbedding"]
+
+#: How rows are contracted: ``"auto"`` picks the cheaper of the other two for each call.
+LOOKUPS = ("auto", "tables", "chain")
 
 
 def ids_are_checkable() -> bool:
@@ -28,12 +34,23 @@ class TTEmbedding(TTModule):
 
     Cores are ``(r_{k-1}, n_k, m_k, r_k)`` with row modes ``n`` (``∏n ≥ num_embeddings``, padded
     when the vocabulary factorises badly) and column modes ``m`` (``∏m ≥ embedding_dim``).
-    Lookup: the cores left and right of a split bond are each contracted into a small table
-    for all of their row sub-indices (once per call, independent of the batch), then each id
-    gathers one slice from each and a single batched matmul finishes the rows. With
-    ``deduplicate`` (eager mode only) each distinct id is looked up once; the sort this needs
-    costs more than it saves for text-like batches on CPU (measured: 12.5 ms without vs 17.4 ms
-    with, 4,096 Zipf ids), so it is off by default and on in ``TTEmbeddingBagCollection``.
+    Two lookups (``lookup="auto"`` takes the one with fewer multiply-adds for each call):
+
+    * ``"tables"``: the cores left and right of a split bond are contracted into two small tables
+      for all of their row sub-indices (once per call, or once at inference), then each id gathers
+      one slice from each and one batched matmul finishes the rows;
+    * ``"chain"``: each id gathers its slice of every core and multiplies them (``tt_rows.py``):
+      nothing per call, more per id; the cheaper one when a batch touches few rows of a big table.
+
+    With ``deduplicate`` (eager mode) each distinct id is contracted once and its gradient
+    accumulated once; the sort this needs costs more than it saves for text-like batches on CPU,
+    so it is off by default here and on in ``TTEmbeddingBagCollection``.
+
+    **Hot rows.** Training-mode forwards count the ids (bounded memory, ``hot_rows.py``); in eval
+    mode without autograd the ``cache_rows`` most frequent rows are materialised from the cores
+    and served by a gather, only the misses are contracted. The rows are rebuilt whenever a core,
+    gate or mask changes, so they are exact. ``cache_rows=None`` keeps 4 MiB of rows (the whole
+    table when smaller), ``0`` turns the cache off; ``count_ids`` counts ids without training.
     """
 
     def __init__(
@@ -47,6 +64,8 @@ class TTEmbedding(TTModule):
         col_modes: Sequence[int] | None = None,
         num_cores: int = 4,
         deduplicate: bool = False,
+        cache_rows: int | None = None,
+        lookup: str = "auto",
         gate_threshold: float = 1e-2,
         init_std: float = 1.0,
         device: torch.device | str | None = None,
@@ -76,6 +95,14 @@ class TTEmbedding(TTModule):
         self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
         self.padding_idx, self.deduplicate = padding_idx, deduplicate
         self.row_modes, self.col_modes = row_modes, col_modes
+        if lookup not in LOOKUPS:
+            raise ValueError(f"lookup={lookup!r} is not one of {LOOKUPS}.")
+        if cache_rows is not None and (isinstance(cache_rows, bool) or not isinstance(cache_rows, int) or cache_rows < 0):
+            raise ValueError(f"cache_rows must be None (automatic), 0 (no cache) or a positive number of rows, got {cache_rows!r}.")
+        self.lookup_mode = lookup
+        element_size = self.cores[0].element_size()
+        self.cache_rows = default_cache_rows(num_embeddings, embedding_dim, element_size) if cache_rows is None else min(cache_rows, num_embeddings)
+        self.id_counter = IdCounter(0 if self.caches_whole_table else 2 * self.cache_rows)
 
     # ------------------------------------------------------------------ conversions
     @classmethod
@@ -179,10 +206,24 @@ class TTEmbedding(TTModule):
             bad = low if low < 0 else high
             raise IndexError(f"id {bad} is out of range for a TTEmbedding of {self.num_embeddings} rows (valid: 0..{self.num_embeddings - 1}).")
 
+    def uses_chain(self, num_ids: int) -> bool:
+        """Whether ``num_ids`` lookups now take the per-id chain rather than the half tables."""
+        if self.lookup_mode != "auto":
+            return self.lookup_mode == "chain"
+        split = self.best_split(num_ids)
+        bonds = [1, *self.physical_ranks, 1]
+        tables = num_ids * prod(self.col_modes[:split]) * bonds[split] * prod(self.col_modes[split:])
+        if not caching_allowed(self.training):  # built on every call; at inference once
+            sizes = [n * m for n, m in zip(self.row_modes, self.col_modes)]
+            tables += chain_cost(bonds[: split + 1], sizes[:split]) + chain_cost(bonds[split:], sizes[split:])
+        return num_ids * chain_cost_per_id([tuple(c.shape) for c in self.cores]) < tables
+
     def lookup(self, ids: torch.Tensor) -> torch.Tensor:
-        """Rows for a 1-D tensor of ids, ``(len(ids), embedding_dim)``."""
+        """Rows for a 1-D tensor of ids, ``(len(ids), embedding_dim)``, contracted from the cores (no hot rows)."""
         if 0 in self.physical_ranks:
             return self.dead_output((ids.numel(), self.embedding_dim), self.cores[0].new_zeros(()))  # ids carry no gradient
+        if self.uses_chain(ids.numel()):
+            return chain_rows(self.gated_cores(), self.row_modes, ids)[:, : self.embedding_dim]
         split = self.best_split(ids.numel())  # (the tables' cost keeps them small, also when cached)
         left, right = self.cached(("half_tables", split), lambda: self.half_tables(split))
         n_right = right.shape[0]
@@ -192,14 +233,86 @@ class TTEmbedding(TTModule):
         rows = torch.bmm(left_rows, right_rows)  # (B, M_L, M_R)
         return rows.reshape(ids.numel(), left.shape[1] * right.shape[2])[:, : self.embedding_dim]  # -1 is ambiguous for 0 ids
 
+    # ------------------------------------------------------------------ hot rows
+    @property
+    def caches_whole_table(self) -> bool:
+        """Whether the hot-row cache holds every row (then nothing needs counting)."""
+        return self.cache_rows >= self.num_embeddings
+
+    def count_ids(self, ids: torch.Tensor) -> None:
+        """Count ``ids`` towards the hot rows without a training step (e.g. from a sample of logs)."""
+        self.id_counter.update(ids)
+        cache = self.__dict__.get("_inference_cache")
+        if cache is not None:  # the hottest ids may have changed
+            cache.discard("hot_rows")
+
+    def hot_ids(self) -> torch.Tensor:
+        """The ids to serve from the cache at inference, most frequent first (every id when the cache holds the table)."""
+        device = self.cores[0].device
+        if self.caches_whole_table:
+            return torch.arange(self.num_embeddings, device=device)
+        return self.id_counter.hottest(self.cache_rows).to(device)
+
+    def build_hot_rows(self) -> tuple[HotRowIndex | None, torch.Tensor]:
+        """``(index, rows)`` of the hot rows, contracted from the current cores now.
+
+        ``index`` is None when the cache holds the whole table (row ``i`` is then ``rows[i]``).
+        """
+        if self.caches_whole_table:
+            return None, self.lookup(self.hot_ids())
+        index = HotRowIndex(self.hot_ids(), self.cache_rows)
+        return index, self.lookup(index.ids)
+
+    def hot_rows(self) -> tuple[HotRowIndex | None, torch.Tensor]:
+        """:meth:`build_hot_rows`, kept in the inference cache until a core, gate or mask changes."""
+        return self.cached("hot_rows", self.build_hot_rows)
+
+    def inference_bytes(self) -> int:
+        """Bytes held for serving: parameters, buffers, and what the inference cache holds now."""
+        held = [*self.parameters(), *self.buffers()]
+        cache = self.__dict__.get("_inference_cache")
+        if cache is not None:
+            held += [t for value in cache.values.values() for t in (value if isinstance(value, tuple) else (value,)) if t is not None]
+        index = cache.values.get("hot_rows", (None,))[0] if cache is not None else None
+        return sum(t.numel() * t.element_size() for t in held if isinstance(t, torch.Tensor)) + (index.nbytes() if index is not None else 0)
+
+    def get_extra_state(self) -> dict:
+        return {"id_counts": self.id_counter.state()}
+
+    def set_extra_state(self, state: dict) -> None:
+        self.id_counter.load(state.get("id_counts", {}), self.cores[0].device)
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs):
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs)
+        if prefix + "_extra_state" in missing_keys:  # a checkpoint from before the counts were saved: start counting afresh
+            missing_keys.remove(prefix + "_extra_state")
+
+    # ------------------------------------------------------------------ forward
+    def serves_hot_rows(self) -> bool:
+        """Whether a lookup now is answered from the hot rows (eval mode, no autograd, cache on)."""
+        return bool(self.cache_rows) and caching_allowed(self.training)
+
+    def rows(self, flat: torch.Tensor) -> torch.Tensor:
+        """Rows of 1-D ids: from the hot rows at inference, else contracted (each distinct id once with ``deduplicate``)."""
+        if self.serves_hot_rows():
+            index, hot_rows = self.hot_rows()
+            if index is None:
+                return F.embedding(flat, hot_rows)
+            return serve_rows(flat, index, hot_rows, self.lookup)
+        counting = self.training and self.id_counter.capacity and ids_are_checkable()
+        if self.deduplicate and ids_are_checkable() and flat.numel() > 1:
+            unique, inverse, counts = torch.unique(flat, return_inverse=True, return_counts=True)
+            if counting:
+                self.id_counter.update(unique, counts)
+            return self.lookup(unique)[inverse]
+        if counting:
+            self.id_counter.update(flat)
+        return self.lookup(flat)
+
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         self._check_ids(ids)
         flat = ids.reshape(-1).long()
-        if self.deduplicate and ids_are_checkable() and flat.numel() > 1:
-            unique, inverse = torch.unique(flat, return_inverse=True)
-            rows = self.lookup(unique)[inverse]
-        else:
-            rows = self.lookup(flat)
+        rows = self.rows(flat)
         if self.padding_idx is not None:
             rows = rows * (flat != self.padding_idx).unsqueeze(1).to(rows.dtype)
         return rows.reshape(*ids.shape, self.embedding_dim)
@@ -208,5 +321,5 @@ class TTEmbedding(TTModule):
         return (
             f"{self.num_embeddings}, {self.embedding_dim}, padding_idx={self.padding_idx}, "
             f"rows={'·'.join(map(str, self.row_modes))}, cols={'·'.join(map(str, self.col_modes))}, "
-            f"ranks={list(self.physical_ranks)}, compression={self.compression_ratio():.1f}x"
+            f"ranks={list(self.physical_ranks)}, compression={self.compression_ratio():.1f}x, cache_rows={self.cache_rows}"
         )

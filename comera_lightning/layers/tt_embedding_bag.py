@@ -23,6 +23,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from comera_lightning._optional import loaded, require
+from comera_lightning.layers.bag_serving import CollectionCache
+from comera_lightning.layers.inference_cache import caching_allowed
 from comera_lightning.layers.interface import LayerSummary, TensorizedModule
 from comera_lightning.layers.tt_embedding import TTEmbedding, ids_are_checkable
 
@@ -120,6 +122,9 @@ class TTEmbeddingBagCollection(EmbeddingBagCollectionInterface, TensorizedModule
     def forward(self, features: KeyedJaggedTensor) -> KeyedTensor:
         """Pool every feature's bags through its table; ``KeyedTensor`` of shape ``(B, Σ dims)``."""
         features = maybe_td_to_kjt(features, None)
+        served = self._serve_hot_rows(features)
+        if served is not None:
+            return served
         position = {key: i for i, key in enumerate(features.keys())}
         missing = [f for names in self._feature_names for f in names if f not in position]
         if missing:
@@ -148,6 +153,51 @@ class TTEmbeddingBagCollection(EmbeddingBagCollectionInterface, TensorizedModule
             length_per_key=self._lengths_per_embedding,
         )
 
+    # ------------------------------------------------------------------ serving (eval, no autograd)
+    def _serve_hot_rows(self, features: KeyedJaggedTensor) -> KeyedTensor | None:
+        """All features at once from one cache of every table's hot rows (``bag_serving.py``); None where it does not apply."""
+        if not caching_allowed(self.training) or self._is_weighted or features.inverse_indices_or_none() is not None:
+            return None
+        cache = self.__dict__.get("_collection_cache")
+        tables = [self.embedding_bags[c.name] for c in self._embedding_bag_configs]
+        if cache is None or not cache.valid_for(tables):
+            if not CollectionCache.can_serve(tables):
+                return None
+            cache = CollectionCache(tables, self._embedding_bag_configs, self._feature_names)
+            self.__dict__["_collection_cache"] = cache
+        pooled = cache.serve(features.keys(), features.values(), features.lengths(), features.length_per_key(), features.stride())
+        if pooled is None:
+            return None
+        return KeyedTensor(keys=self._embedding_names, values=pooled.to(torch.promote_types(pooled.dtype, torch.float32)),
+                           length_per_key=self._lengths_per_embedding)
+
+    def count_ids(self, features: KeyedJaggedTensor) -> None:
+        """Count the ids of a batch towards each TT table's hot rows, without a training step."""
+        per_key = features.to_dict()
+        for config, names in zip(self._embedding_bag_configs, self._feature_names):
+            table = self.embedding_bags[config.name]
+            if isinstance(table, TTEmbedding):
+                for name in names:
+                    if name in per_key:
+                        table.count_ids(per_key[name].values())
+        self.__dict__.pop("_collection_cache", None)
+
+    def inference_bytes(self) -> int:
+        """Bytes held for serving: every table's parameters, buffers and caches, and the collection's hot rows."""
+        cache = self.__dict__.get("_collection_cache")
+        dense = sum(t.numel() * t.element_size() for m in self.embedding_bags.values() if not isinstance(m, TTEmbedding) for t in m.parameters())
+        return dense + sum(t.inference_bytes() for t in self.tt_tables().values()) + (cache.nbytes() if cache is not None else 0)
+
+    def train(self, mode: bool = True) -> "TTEmbeddingBagCollection":
+        if mode:  # training changes the tables: free the served rows now
+            self.__dict__.pop("_collection_cache", None)
+        return super().train(mode)
+
+    def __getstate__(self) -> dict:
+        state = dict(super().__getstate__())
+        state.pop("_collection_cache", None)  # weak references do not pickle; the cache is rebuilt anyway
+        return state
+
     # ------------------------------------------------------------------ lookup and pooling
     def _pool(self, config: EmbeddingBagConfig, ids: torch.Tensor, lengths: torch.Tensor, weights: torch.Tensor | None) -> torch.Tensor:
         """Pooled rows ``(len(lengths), dim)`` of one table for the concatenated bags of its features."""
@@ -156,11 +206,13 @@ class TTEmbeddingBagCollection(EmbeddingBagCollectionInterface, TensorizedModule
         if isinstance(table, TTEmbedding):
             if not ids.numel():  # all bags empty: look up one row anyway so the cores stay in the graph
                 rows, index = table.lookup(ids.new_zeros(1)), ids
-            elif table.deduplicate and ids_are_checkable() and ids.numel() > 1:
-                unique, index = torch.unique(ids, return_inverse=True)
+            elif table.deduplicate and ids_are_checkable() and ids.numel() > 1 and not table.serves_hot_rows():
+                unique, index, counts = torch.unique(ids, return_inverse=True, return_counts=True)
+                if table.training:
+                    table.id_counter.update(unique, counts)
                 rows = table.lookup(unique)
-            else:
-                rows, index = table.lookup(ids), torch.arange(ids.numel(), device=ids.device)
+            else:  # hot rows at inference, or every id contracted
+                rows, index = table.rows(ids), torch.arange(ids.numel(), device=ids.device)
         else:
             rows, index = table.weight, ids
         lengths = lengths.long()

@@ -112,8 +112,8 @@ def no_converter_reason(module: nn.Module, shape: str) -> str:
 
 
 LINEAR_OPTIONS = frozenset({"max_rank", "rank_fraction", "num_cores", "in_modes", "out_modes", "init", "gate_threshold"})
-EMBEDDING_OPTIONS = frozenset({"max_rank", "num_cores", "row_modes", "col_modes", "init", "gate_threshold", "deduplicate"})
-EBC_OPTIONS = frozenset({"max_rank", "num_cores", "init", "gate_threshold", "deduplicate", "min_rows"})
+EMBEDDING_OPTIONS = frozenset({"max_rank", "num_cores", "row_modes", "col_modes", "init", "gate_threshold", "deduplicate", "cache_rows", "lookup"})
+EBC_OPTIONS = frozenset({"max_rank", "num_cores", "init", "gate_threshold", "deduplicate", "min_rows", "cache_rows", "lookup"})
 
 register_converter(nn.Linear, Converter("linear", _build_linear, LINEAR_OPTIONS, linear_defaults, _linear_unsupported))
 register_converter(nn.Embedding, Converter("embedding", _build_embedding, EMBEDDING_OPTIONS, embedding_defaults, _embedding_unsupported))

@@ -1,0 +1,216 @@
+"""Serving a whole ``TTEmbeddingBagCollection`` at once: one hot-row cache for all its tables.
+
+At inference, looking tables up one by one costs a dozen small ops per table (26 tables for
+Criteo), more than the lookups themselves. :class:`CollectionCache` keeps the rows of every
+table that are served without contraction in one array: a small table (dense, or a TT table no
+larger than its cache) whole, a large TT table's most frequent rows. A batch is then a fixed
+number of ops whatever the number of tables: one hash lookup for the ids of large tables, one
+contraction for all their misses (through the tables' half tables stacked into one), one
+``embedding_bag`` over all features. The rows are computed from the current cores and rebuilt
+when any core, gate, mask or dense weight changes (the key of ``inference_cache.py``): never stale.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from comera_lightning.layers.hot_rows import HotRowIndex
+from comera_lightning.layers.inference_cache import InferenceCache
+from comera_lightning.layers.tt_embedding import TTEmbedding
+
+__all__ = ["CollectionCache", "SPARE_ROWS"]
+
+#: Rows kept free after the cached ones for a batch's misses (grown when a batch misses more).
+SPARE_ROWS = 16384
+
+
+def _state_tensors(tables: Sequence[nn.Module]) -> list[torch.Tensor]:
+    """Every tensor the cached rows depend on (read from the modules' dicts: ``parameters()`` is slow per call)."""
+    tensors = []
+    for table in tables:
+        if isinstance(table, TTEmbedding):
+            tensors += [*table.cores._parameters.values(), *table.gates._parameters.values(), *table._buffers.values()]
+        else:
+            tensors.append(table.weight)
+    return tensors
+
+
+class StackedHalfTables:
+    """The half tables of several TT tables stacked (ranks zero-padded), so one gather and one bmm serve them all."""
+
+    def __init__(self, tables: Sequence[TTEmbedding]) -> None:
+        split = tables[0].best_split(1)
+        halves = [table.half_tables(split) for table in tables]
+        rank = max(left.shape[-1] for left, _ in halves)
+        self.left = torch.cat([F.pad(left, (0, rank - left.shape[-1])) for left, _ in halves])  # (ΣN_L, M_L, r)
+        self.right = torch.cat([F.pad(right, (0, 0, 0, rank - right.shape[1])) for _, right in halves])  # (ΣN_R, r, M_R)
+        device = self.left.device
+        self.n_right = torch.tensor([right.shape[0] for _, right in halves], device=device)
+        self.left_base = torch.tensor([0, *torch.tensor([left.shape[0] for left, _ in halves]).cumsum(0)[:-1].tolist()], device=device)
+        self.right_base = torch.tensor([0, *self.n_right.cumsum(0)[:-1].tolist()], device=device)
+        self.dim = tables[0].embedding_dim
+
+    @staticmethod
+    def fits(tables: Sequence[TTEmbedding]) -> bool:
+        """Whether the tables' half tables can be stacked: same cores' column modes and the same split."""
+        if not tables:
+            return False
+        first = tables[0]
+        return all(t.col_modes == first.col_modes and len(t.cores) == len(first.cores) and t.best_split(1) == first.best_split(1) for t in tables)
+
+    def rows(self, table: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        """Rows of ``ids``, each in the stacked table number ``table``."""
+        n_right = self.n_right.index_select(0, table)
+        left = F.embedding(self.left_base.index_select(0, table) + ids // n_right, self.left.flatten(1)).view(-1, *self.left.shape[1:])
+        right = F.embedding(self.right_base.index_select(0, table) + ids % n_right, self.right.flatten(1)).view(-1, *self.right.shape[1:])
+        return torch.bmm(left, right).flatten(1)[:, : self.dim]
+
+    def nbytes(self) -> int:
+        return (self.left.numel() + self.right.numel()) * self.left.element_size()
+
+
+class CollectionCache:
+    """Rows of every table of a collection, served in a fixed number of ops (see the module docstring)."""
+
+    def __init__(self, tables: Sequence[nn.Module], configs: Sequence, feature_names: Sequence[Sequence[str]]) -> None:
+        self.tables = list(tables)
+        self.features = [f for names in feature_names for f in names]
+        table_of_feature = [t for t, names in enumerate(feature_names) for _ in names]
+        self.partial = [t for t, table in enumerate(self.tables) if isinstance(table, TTEmbedding) and not table.caches_whole_table]
+        with torch.no_grad():
+            whole = [self._whole_rows(table) for table in self.tables]
+            starts = torch.tensor([0, *torch.tensor([len(w) if w is not None else 0 for w in whole]).cumsum(0).tolist()])
+            self.cached_rows = int(starts[-1])
+            partial_tables = [self.tables[t] for t in self.partial]
+            self.stacked = StackedHalfTables(partial_tables) if StackedHalfTables.fits(partial_tables) else None
+            self.key_base = torch.tensor([0, *torch.tensor([c.num_embeddings for c in configs]).cumsum(0)[:-1].tolist()])
+            parts = [w for w in whole if w is not None] + [self._build_hot()]
+            self.rows = torch.cat([*parts, parts[-1].new_zeros(SPARE_ROWS, parts[-1].shape[1])])
+        for table in partial_tables:
+            table.clear_inference_cache()  # their half tables live in self.stacked now
+        device = self.rows.device
+        self.key_base = self.key_base.to(device)
+        self.table_of_feature = table_of_feature
+        self.feature_table = torch.tensor(table_of_feature, device=device)
+        self.feature_start = starts.to(device).index_select(0, self.feature_table)
+        self.feature_size = torch.tensor([configs[t].num_embeddings for t in table_of_feature], device=device)
+        self.mean = [configs[t].pooling.name == "MEAN" for t in table_of_feature]
+        self.state = InferenceCache.of(_state_tensors(self.tables), 0.0)
+
+    @staticmethod
+    def _whole_rows(table: nn.Module) -> torch.Tensor | None:
+        """Every row of a small table (dense, or TT no larger than its cache); None for a large TT table."""
+        if not isinstance(table, TTEmbedding):
+            return table.weight.detach()
+        if not table.caches_whole_table:
+            return None
+        rows = table.lookup(table.hot_ids())
+        table.clear_inference_cache()
+        return rows
+
+    def _build_hot(self) -> torch.Tensor:
+        """Index the large tables' hot ids as keys ``key_base[t] + id`` (each table's hottest first) and contract their rows."""
+        keys, ranks = [], []
+        for t in self.partial:
+            ids = self.tables[t].hot_ids()
+            keys.append(ids + int(self.key_base[t]))
+            ranks.append(torch.arange(ids.numel(), device=ids.device))
+        if not keys:
+            self.index = None
+            template = _state_tensors(self.tables[:1])[0]
+            return template.new_zeros(0, self.tables[0].embedding_dim)
+        keys, ranks = torch.cat(keys), torch.cat(ranks)
+        self.index = HotRowIndex(keys[torch.sort(ranks, stable=True).indices], keys.numel())
+        self.index.position += self.cached_rows  # positions point into self.rows, after the whole tables
+        return self._contract(self.index.ids)
+
+    def _contract(self, keys: torch.Tensor) -> torch.Tensor:
+        """Rows of large-table ``keys`` (``key_base[t] + id``), contracted from the tables' cores."""
+        table = torch.searchsorted(self.key_base, keys, right=True) - 1
+        ids = keys - self.key_base.index_select(0, table)
+        if self.stacked is not None:
+            return self.stacked.rows(torch.searchsorted(torch.tensor(self.partial, device=keys.device), table), ids)
+        out = None
+        for t in torch.unique(table).tolist():  # tables that cannot be stacked: one by one
+            at = (table == t).nonzero().squeeze(1)
+            rows = self.tables[t].lookup(ids.index_select(0, at))
+            out = rows.new_zeros(keys.numel(), rows.shape[1]) if out is None else out
+            out[at] = rows
+        return out
+
+    @staticmethod
+    def can_serve(tables: Sequence[nn.Module]) -> bool:
+        """One dim and dtype for all tables, and every TT table with a cache."""
+        kinds = {(t.embedding_dim, (t.cores[0] if isinstance(t, TTEmbedding) else t.weight).dtype) for t in tables}
+        return len(kinds) == 1 and all(t.cache_rows for t in tables if isinstance(t, TTEmbedding))
+
+    def valid_for(self, tables: Sequence[nn.Module]) -> bool:
+        """Whether these are still the tables, in the state, the rows were built from."""
+        same = len(tables) == len(self.tables) and all(a is b for a, b in zip(tables, self.tables))
+        return same and self.state.matches(_state_tensors(tables), 0.0)
+
+    def nbytes(self) -> int:
+        """Bytes of the cached rows, the hash index and the stacked half tables."""
+        extra = (self.index.nbytes() if self.index is not None else 0) + (self.stacked.nbytes() if self.stacked is not None else 0)
+        return extra + self.rows.numel() * self.rows.element_size()
+
+    def serve(self, keys: Sequence[str], values: torch.Tensor, lengths: torch.Tensor, length_per_key: Sequence[int],
+              batch: int) -> torch.Tensor | None:
+        """Pooled ``(batch, Σ dims)`` for a KJT's parts; None when its features differ or an id is out of range."""
+        if list(keys) != self.features or not values.numel() or values.is_floating_point():
+            return None
+        device = values.device
+        per_key = torch.tensor(length_per_key, device=device)
+        feature = torch.repeat_interleave(torch.arange(len(self.features), device=device), per_key, output_size=values.numel())
+        values = values.long()
+        largest = torch.full((len(self.features),), -1, dtype=torch.long, device=device).scatter_reduce_(0, feature, values, "amax")
+        if bool(values.min() < 0) or bool((largest >= self.feature_size).any()):
+            return None  # the per-table path names the bad id
+        slot = values + self.feature_start.index_select(0, feature)
+        if self.index is not None:
+            self._find_hot(slot, values, length_per_key)
+        return self._pool(slot, lengths.long(), batch)
+
+    def _find_hot(self, slot: torch.Tensor, values: torch.Tensor, length_per_key: Sequence[int]) -> None:
+        """Point ``slot`` at the cached row of each large-table id; contract the distinct misses into the spare rows."""
+        ends = torch.tensor(length_per_key).cumsum(0).tolist()
+        spans = [(end - length, end, t) for end, length, t in zip(ends, length_per_key, self.table_of_feature) if t in self.partial and length]
+        if not spans:
+            return
+        device = values.device
+        at = torch.cat([torch.arange(begin, end, device=device) for begin, end, _ in spans])
+        key_base = torch.tensor([int(self.key_base[t]) for _, _, t in spans], device=device)
+        key_base = torch.repeat_interleave(key_base, torch.tensor([end - begin for begin, end, _ in spans], device=device), output_size=at.numel())
+        keys = values.index_select(0, at) + key_base
+        position, hit = self.index.find(keys)
+        slot.index_copy_(0, at, position)  # (index_copy_: advanced-index assignment is several times slower on CPU)
+        if bool(hit.all()):
+            return
+        miss = (~hit).nonzero().squeeze(1)
+        missed, inverse = torch.unique(keys.index_select(0, miss), return_inverse=True)
+        free = self.cached_rows + self.index.ids.numel()
+        if free + missed.numel() > self.rows.shape[0]:  # more misses than spare rows: grow
+            self.rows = torch.cat([self.rows, self.rows.new_zeros(missed.numel() + SPARE_ROWS, self.rows.shape[1])])
+        self.rows[free : free + missed.numel()] = self._contract(missed)
+        slot.index_copy_(0, at.index_select(0, miss), free + inverse)
+
+    def _pool(self, slot: torch.Tensor, lengths: torch.Tensor, batch: int) -> torch.Tensor:
+        """Sum (or average) each bag's rows; ``(batch, F·D)`` with the features side by side."""
+        features, dim = len(self.features), self.rows.shape[1]
+        bag = int(lengths[0]) if lengths.numel() else 0
+        if bag and bool((lengths == bag).all()):  # every bag as long: pool in batch-major order, no transpose after
+            order = slot.view(features, batch, bag).transpose(0, 1).reshape(-1, bag)
+            out = F.embedding_bag(order, self.rows, mode="mean" if all(self.mean) else "sum").view(batch, features, dim)
+            if any(self.mean) and not all(self.mean):
+                out = out / torch.tensor([bag if m else 1 for m in self.mean], device=out.device).view(1, -1, 1).to(out.dtype)
+            return out.reshape(batch, features * dim)
+        offsets = torch.cat([lengths.new_zeros(1), lengths.cumsum(0)])
+        out = F.embedding_bag(slot, self.rows, offsets, mode="sum", include_last_offset=True)
+        if any(self.mean):
+            averaged = torch.tensor(self.mean, device=out.device).repeat_interleave(batch).unsqueeze(1)
+            out = torch.where(averaged, out / lengths.clamp(min=1).unsqueeze(1).to(out.dtype), out)
+        return out.view(features, batch, dim).transpose(0, 1).reshape(batch, features * dim)

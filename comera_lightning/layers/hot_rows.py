@@ -1,0 +1,140 @@
+"""Serving a table's most frequent rows from a materialised cache (TT-Rec's hot-row cache, kept exact).
+
+Click logs and text are skewed: a few thousand ids make most lookups. :class:`IdCounter` counts
+the ids a table sees in training (or is shown with ``count_ids``) in bounded memory;
+:class:`HotRowIndex` finds a hot id's row by hashing; :func:`serve_rows` answers a lookup from
+the hot rows and contracts only the misses. The rows are computed from the current cores and kept in the layer's inference
+cache (``inference_cache.py``), so they are never stale: any change to a core, gate or mask (an
+optimizer step, a prune, a load) rebuilds them at the next lookup.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+__all__ = ["DEFAULT_CACHE_BYTES", "HotRowIndex", "IdCounter", "SLOTS_PER_ROW", "default_cache_rows", "serve_rows"]
+
+#: Bytes of materialised rows a table keeps for serving by default (65,536 rows at dim 16 in fp32).
+DEFAULT_CACHE_BYTES = 4 * 2**20
+#: Hash slots per cached row (load 1/2): the hottest ids win their slots (tests/layers/test_hot_rows.py measures the loss).
+SLOTS_PER_ROW = 2
+_HASH_MULTIPLIER = 0x9E3779B97F4A7C15 - 2**64  # Knuth's golden-ratio constant as a signed int64
+
+
+def default_cache_rows(num_embeddings: int, embedding_dim: int, element_size: int) -> int:
+    """Rows that fit ``DEFAULT_CACHE_BYTES`` (at most the whole table)."""
+    return min(num_embeddings, max(1, DEFAULT_CACHE_BYTES // (embedding_dim * element_size)))
+
+
+class IdCounter:
+    """Approximate counts of the ids seen most often, in memory for at most ``capacity`` ids.
+
+    Counts are merged in batches; when more than ``capacity`` distinct ids are known, the least
+    frequent are dropped (lossy counting: an id frequent enough to be among the hottest keeps
+    coming back and survives, a rare one is forgotten).
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.ids: torch.Tensor | None = None
+        self.counts: torch.Tensor | None = None
+        self._pending: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self._pending_size = 0
+
+    def update(self, ids: torch.Tensor, counts: torch.Tensor | None = None) -> None:
+        """Count ``ids`` (``counts`` times each when given: pass deduplicated ids with their counts)."""
+        if self.capacity <= 0 or not ids.numel():
+            return
+        ids = ids.detach().reshape(-1).long()
+        counts = torch.ones(ids.shape, device=ids.device) if counts is None else counts.detach().reshape(-1).float()
+        self._pending.append((ids, counts))
+        self._pending_size += ids.numel()
+        if self._pending_size >= self.capacity:
+            self._merge()
+
+    def _merge(self) -> None:
+        if not self._pending:
+            return
+        parts = self._pending if self.ids is None else [(self.ids, self.counts), *self._pending]
+        device = parts[-1][0].device
+        ids = torch.cat([p[0].to(device) for p in parts])
+        counts = torch.cat([p[1].to(device) for p in parts])
+        unique, inverse = torch.unique(ids, return_inverse=True)
+        summed = torch.zeros(unique.shape, device=device).index_add_(0, inverse, counts)
+        if unique.numel() > self.capacity:
+            keep = summed.topk(self.capacity).indices
+            unique, summed = unique[keep], summed[keep]
+        self.ids, self.counts = unique, summed
+        self._pending, self._pending_size = [], 0
+
+    def hottest(self, k: int) -> torch.Tensor:
+        """The (at most) ``k`` most frequent ids seen, most frequent first."""
+        self._merge()
+        if self.ids is None or k <= 0:
+            return torch.empty(0, dtype=torch.long)
+        return self.ids[self.counts.topk(min(k, self.ids.numel())).indices]
+
+    def state(self) -> dict[str, torch.Tensor]:
+        """The counts as tensors (for ``state_dict``)."""
+        self._merge()
+        if self.ids is None:
+            return {}
+        return {"ids": self.ids.cpu(), "counts": self.counts.cpu()}
+
+    def load(self, state: dict[str, torch.Tensor], device: torch.device) -> None:
+        """Restore counts saved by :meth:`state`."""
+        self._pending, self._pending_size = [], 0
+        if not state:
+            self.ids = self.counts = None
+            return
+        self.ids, self.counts = state["ids"].to(device).long(), state["counts"].to(device).float()
+
+
+class HotRowIndex:
+    """Where each hot id's row is: a direct-mapped hash table, ``SLOTS_PER_ROW`` slots per cached row.
+
+    A lookup is a hash, one gather and one compare per id (a binary search over 65,536 sorted ids
+    cost 10x more on CPU). Hot ids whose slot a more frequent id took are left out (a few per cent
+    of the least frequent ones at load 1/2); a left-out id is a miss, served exactly all the same.
+    """
+
+    def __init__(self, ids: torch.Tensor, rows: int) -> None:
+        """``ids``: candidate hot ids, most frequent first; at most ``rows`` of them are kept."""
+        ids = ids[:rows]
+        size = 1 << max(1, (SLOTS_PER_ROW * max(rows, 1) - 1).bit_length())
+        self.mask = size - 1
+        slots = self._slot(ids)
+        order = torch.sort(slots, stable=True).indices  # stable: the most frequent id comes first within a slot
+        ordered = slots[order]
+        first = torch.ones_like(ordered, dtype=torch.bool)
+        first[1:] = ordered[1:] != ordered[:-1]
+        keep = order[first].sort().values  # back in frequency order
+        self.ids = ids[keep]  # the cached ids; row k of the cache is the row of ids[k]
+        self.tags = torch.full((size,), -1, dtype=torch.long, device=ids.device)
+        self.position = torch.zeros(size, dtype=torch.int32, device=ids.device)
+        self.tags[slots[keep]] = self.ids
+        self.position[slots[keep]] = torch.arange(keep.numel(), dtype=torch.int32, device=ids.device)
+
+    def _slot(self, ids: torch.Tensor) -> torch.Tensor:
+        return ((ids * _HASH_MULTIPLIER) >> 16) & self.mask  # int64 wraps around: a multiplicative hash
+
+    def find(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(position, hit)``: the cache row of each id, and whether it is cached (position is 0 where not)."""
+        slot = self._slot(ids)  # (index_select: much faster than advanced indexing on CPU)
+        return self.position.index_select(0, slot).long(), self.tags.index_select(0, slot) == ids
+
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in (self.ids, self.tags, self.position))
+
+
+def serve_rows(ids: torch.Tensor, index: HotRowIndex, hot_rows: torch.Tensor, compute: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+    """Rows of 1-D ``ids``: hot ones gathered from ``hot_rows``, the distinct misses from ``compute(ids)``."""
+    position, hit = index.find(ids)
+    rows = torch.nn.functional.embedding(position, hot_rows)
+    if not bool(hit.all()):  # one host sync: the misses' count decides the work
+        miss = (~hit).nonzero().squeeze(1)
+        missed, inverse = torch.unique(ids[miss], return_inverse=True)
+        rows[miss] = compute(missed)[inverse]
+    return rows
