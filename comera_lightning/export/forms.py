@@ -12,9 +12,10 @@ exported program needs torch alone:
   (10 %) of the layer's matmuls for the tokens the example inputs send through it: the stored
   weights are then the pruned parameters (the factors are about 5x larger at the paper's ranks)
   for a few per cent of time. Otherwise the factors, unless dense is smaller.
-* ``TTEmbedding`` -> **two half tables**, the TT fast lookup with its tables built once: row ``i``
-  is ``left[i // N_R] @ right[i % N_R]`` (``(M_L, r) @ (r, M_R)``). The cut is the bond with the
-  smallest tables; the dense ``nn.Embedding`` when that is smaller.
+* ``TTEmbedding`` -> its **cores** and the **hot rows** it counted (``CoresEmbedding``): a hot id
+  is a hash lookup and a gather, any other id the product of its core slices; so the file holds
+  about the pruned parameters plus the cache. The dense ``nn.Embedding`` when that is smaller, or
+  when the table fits its cache (then it is served whole anyway).
 """
 
 from __future__ import annotations
@@ -25,9 +26,11 @@ from torch import nn
 
 from comera_lightning.layers import TTEmbedding, TTLinear
 from comera_lightning.layers.contraction import chain_cost, contract_chain
+from comera_lightning.layers.hot_rows import HotRowIndex, hash_slot
+from comera_lightning.layers.tt_rows import chain_rows
 from comera_lightning.layers.shapes import prod
 
-__all__ = ["CONTRACTION_SHARE", "CoresLinear", "FactorizedEmbedding", "FactorsLinear", "embedding_form", "linear_form"]
+__all__ = ["CONTRACTION_SHARE", "CoresLinear", "CoresEmbedding", "FactorsLinear", "embedding_form", "linear_form"]
 
 #: The largest share of a layer's matmul work that re-contracting its cores on every call may add.
 CONTRACTION_SHARE = 0.1
@@ -100,31 +103,48 @@ def linear_form(layer: TTLinear, tokens: int = 0) -> nn.Module:
     return FactorsLinear(first, second)
 
 
-class FactorizedEmbedding(nn.Module):
-    """``nn.Embedding`` whose table is two half tables: ``row(i) = left[i // n_right] @ right[i % n_right]``."""
+class CoresEmbedding(nn.Module):
+    """``nn.Embedding`` stored as its TT cores plus the hot rows: a hot id is a gather, any other id a chain product.
 
-    def __init__(self, left: torch.Tensor, right: torch.Tensor, embedding_dim: int, padding_idx: int | None) -> None:
+    ``tags``/``position`` are the layer's hash index (``layers/hot_rows.py``); empty when no ids
+    were counted, and then every id is contracted from the cores (``layers/tt_rows.py``).
+    """
+
+    def __init__(self, layer: TTEmbedding, index: HotRowIndex | None, hot_rows: torch.Tensor | None) -> None:
         super().__init__()
-        self.register_buffer("left", left.detach().clone())  # (N_L, M_L, r)
-        self.register_buffer("right", right.detach().clone())  # (N_R, r, M_R)
-        self.embedding_dim, self.padding_idx = embedding_dim, padding_idx
+        self.cores = nn.ParameterList(nn.Parameter(c.detach().clone(), requires_grad=False) for c in layer.gated_cores())
+        device = layer.cores[0].device
+        self.register_buffer("tags", index.tags.clone() if index is not None else torch.empty(0, dtype=torch.long, device=device))
+        self.register_buffer("position", index.position.clone() if index is not None else torch.empty(0, dtype=torch.int32, device=device))
+        self.register_buffer("hot_rows", hot_rows.detach().clone() if hot_rows is not None else layer.cores[0].new_zeros(0, layer.embedding_dim))
+        self.row_modes, self.embedding_dim, self.padding_idx = tuple(layer.row_modes), layer.embedding_dim, layer.padding_idx
+        self.mask = max(self.tags.numel() - 1, 0)
+
+    def _contract(self, ids: torch.Tensor) -> torch.Tensor:
+        return chain_rows(list(self.cores), self.row_modes, ids)[:, : self.embedding_dim]
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         flat = ids.reshape(-1)
-        n_right = self.right.shape[0]
-        left = F.embedding(flat // n_right, self.left.flatten(1)).view(-1, *self.left.shape[1:])
-        right = F.embedding(flat % n_right, self.right.flatten(1)).view(-1, *self.right.shape[1:])
-        rows = torch.bmm(left, right).flatten(1)[:, : self.embedding_dim]
+        if not self.tags.numel():
+            rows = self._contract(flat)
+        else:
+            slot = hash_slot(flat, self.mask)
+            hit = self.tags.index_select(0, slot) == flat
+            rows = F.embedding(self.position.index_select(0, slot).long(), self.hot_rows)
+            miss = (~hit).nonzero().squeeze(1)
+            rows = rows.index_copy(0, miss, self._contract(flat.index_select(0, miss)))
         if self.padding_idx is not None:
             rows = rows * (flat != self.padding_idx).unsqueeze(1).to(rows.dtype)
         return rows.reshape(*ids.shape, self.embedding_dim)
 
 
 def embedding_form(layer: TTEmbedding) -> nn.Module:
-    """Half tables at the bond where they are smallest, or the dense ``nn.Embedding`` when that is smaller."""
+    """The cores and the hot rows counted so far (:class:`CoresEmbedding`), or ``nn.Embedding`` when that is smaller."""
     with torch.no_grad():
-        tables = [layer.half_tables(split) for split in range(1, len(layer.cores))]
-        left, right = min(tables, key=lambda pair: pair[0].numel() + pair[1].numel())
-        if left.numel() + right.numel() >= layer.num_embeddings * layer.embedding_dim:
+        if layer.cache_rows and layer.caches_whole_table:
+            return layer.to_embedding()  # a table that fits its cache is served whole: a dense table
+        index, hot_rows = layer.build_hot_rows() if layer.cache_rows and layer.id_counter.counted() else (None, None)
+        form = CoresEmbedding(layer, index, hot_rows)
+        if sum(t.numel() for t in (*form.cores, form.hot_rows)) >= layer.num_embeddings * layer.embedding_dim:
             return layer.to_embedding()
-        return FactorizedEmbedding(left, right, layer.embedding_dim, layer.padding_idx)
+        return form

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import torch
 
-__all__ = ["DEFAULT_CACHE_BYTES", "HotRowIndex", "IdCounter", "SLOTS_PER_ROW", "default_cache_rows", "serve_rows"]
+__all__ = ["DEFAULT_CACHE_BYTES", "HotRowIndex", "hash_slot", "IdCounter", "SLOTS_PER_ROW", "default_cache_rows", "serve_rows"]
 
 #: Bytes of materialised rows a table keeps for serving by default (65,536 rows at dim 16 in fp32).
 DEFAULT_CACHE_BYTES = 4 * 2**20
@@ -69,6 +69,10 @@ class IdCounter:
         self.ids, self.counts = unique, summed
         self._pending, self._pending_size = [], 0
 
+    def counted(self) -> bool:
+        """Whether any id was counted."""
+        return self.ids is not None or bool(self._pending)
+
     def hottest(self, k: int) -> torch.Tensor:
         """The (at most) ``k`` most frequent ids seen, most frequent first."""
         self._merge()
@@ -90,6 +94,11 @@ class IdCounter:
             self.ids = self.counts = None
             return
         self.ids, self.counts = state["ids"].to(device).long(), state["counts"].to(device).float()
+
+
+def hash_slot(ids: torch.Tensor, mask: int) -> torch.Tensor:
+    """The hash-table slot of each id (``mask + 1`` slots, a power of two): a multiplicative hash."""
+    return ((ids * _HASH_MULTIPLIER) >> 16) & mask  # int64 multiplication wraps around
 
 
 class HotRowIndex:
@@ -118,7 +127,7 @@ class HotRowIndex:
         self.position[slots[keep]] = torch.arange(keep.numel(), dtype=torch.int32, device=ids.device)
 
     def _slot(self, ids: torch.Tensor) -> torch.Tensor:
-        return ((ids * _HASH_MULTIPLIER) >> 16) & self.mask  # int64 wraps around: a multiplicative hash
+        return hash_slot(ids, self.mask)
 
     def find(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``(position, hit)``: the cache row of each id, and whether it is cached (position is 0 where not)."""
