@@ -176,3 +176,26 @@ def test_each_linear_takes_its_cheapest_form():
         full = TTLinear(8, 8, max_rank=64).eval()  # rank 8 of an 8x8 weight: the factors would be larger than dense
         assert isinstance(linear_form(full, 100), nn.Linear)
         torch.testing.assert_close(linear_form(full, 100)(x[:, :8]), full(x[:, :8]), **TOLERANCE)
+
+
+def test_an_exported_tt_table_holds_its_cores_and_hot_rows_not_half_tables(tmp_path):
+    from comera_lightning import TTEmbedding
+    from tests.layers.test_hot_rows import zipf_ids
+
+    torch.manual_seed(0)
+    rows = 2_000_000
+    model = torch.nn.Sequential(TTEmbedding(rows, 16, max_rank=8, num_cores=3, cache_rows=4096))
+    for seed in range(3):  # training-mode forwards count the ids
+        model(zipf_ids(4096, rows, seed))
+    model.eval()
+    path = tmp_path / "table.pt2"
+    program = export(model, (zipf_ids(64, rows, 7),), path)
+    stored = sum(t.numel() * t.element_size() for t in (*program.state_dict.values(), *program.constants.values()))
+    cores = sum(c.numel() * c.element_size() for c in model[0].cores)
+    cache = 4096 * 16 * 4 + 2 * 8192 * (8 + 4)  # rows + hash index (tags int64, positions int32)
+    half_tables = min(sum(t.numel() for t in model[0].half_tables(s)) for s in (1, 2)) * 4
+    assert stored <= 2 * cores + cache < half_tables
+    other = zipf_ids(300, rows, 11)
+    with torch.no_grad():
+        expected = model(other)
+    assert "ok (300, 16)" in run_without_comera(tmp_path, path, (other,), expected)
