@@ -54,7 +54,7 @@ MB = 1e6
 
 
 def build(workload: str, system: str, files: Path) -> Any:
-    from benchmarks.inference.latency import systems
+    from benchmarks.inference import systems
 
     if system == "exported":
         return systems.load_exported(files / f"{workload}_exported.pt2")
@@ -65,7 +65,7 @@ def run_files(workload: str, files: Path) -> dict[str, Any]:
     """Write every system's file; their sizes in bytes."""
     import torch
 
-    from benchmarks.inference.latency import systems
+    from benchmarks.inference import systems
 
     sizes = {}
     for system in systems.SYSTEMS[workload]:
@@ -88,7 +88,7 @@ def run_worker(workload: str, system: str, files: Path, args: argparse.Namespace
     torch.set_num_threads(args.threads)
     if system != "exported":
         import comera_lightning  # noqa: F401  (the exported program needs torch alone)
-    from benchmarks.inference.latency import systems
+    from benchmarks.inference import systems
 
     release_free_memory()
     result: dict[str, Any] = {"system": system, "rss_import": rss_now()}
@@ -109,7 +109,7 @@ def run_interleaved(workload: str, files: Path, args: argparse.Namespace) -> dic
     """One call of each system in turn per round, order rotated; medians and dense/system ratios per batch size."""
     import torch
 
-    from benchmarks.inference.latency import systems
+    from benchmarks.inference import systems
 
     torch.set_num_threads(args.threads)
     names = list(systems.SYSTEMS[workload])
@@ -190,7 +190,7 @@ def main(argv: list[str] | None = None) -> None:
         files = Path(args.files)
         print_result(run_files(args.workload, files) if args.worker == "files" else run_worker(args.workload, args.worker, files, args))
         return
-    from benchmarks.inference.latency import systems
+    from benchmarks.inference import systems
 
     start = time.perf_counter()
     given = list(argv if argv is not None else sys.argv[1:])

@@ -143,7 +143,7 @@ def embedding_form(layer: TTEmbedding) -> nn.Module:
     with torch.no_grad():
         if layer.cache_rows and layer.caches_whole_table:
             return layer.to_embedding()  # a table that fits its cache is served whole: a dense table
-        index, hot_rows = layer.build_hot_rows() if layer.cache_rows and layer.id_counter.counted() else (None, None)
+        index, hot_rows = layer.build_hot_rows() if layer.cache_rows and layer.has_counts() else (None, None)
         form = CoresEmbedding(layer, index, hot_rows)
         if sum(t.numel() for t in (*form.cores, form.hot_rows)) >= layer.num_embeddings * layer.embedding_dim:
             return layer.to_embedding()

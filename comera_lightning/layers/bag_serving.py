@@ -24,8 +24,8 @@ from comera_lightning.layers.tt_embedding import TTEmbedding
 
 __all__ = ["CollectionCache", "SPARE_ROWS"]
 
-#: Rows kept free after the cached ones for a batch's misses (grown when a batch misses more).
-SPARE_ROWS = 16384
+#: Rows added after the cached ones when a batch misses more than there is room for (kept for later batches).
+SPARE_ROWS = 1024
 
 
 def _state_tensors(tables: Sequence[nn.Module]) -> list[torch.Tensor]:
@@ -89,7 +89,7 @@ class CollectionCache:
             self.stacked = StackedHalfTables(partial_tables) if StackedHalfTables.fits(partial_tables) else None
             self.key_base = torch.tensor([0, *torch.tensor([c.num_embeddings for c in configs]).cumsum(0)[:-1].tolist()])
             parts = [w for w in whole if w is not None] + [self._build_hot()]
-            self.rows = torch.cat([*parts, parts[-1].new_zeros(SPARE_ROWS, parts[-1].shape[1])])
+            self.rows = torch.cat(parts)  # spare rows for misses are added by the first batch that needs them
         for table in partial_tables:
             table.clear_inference_cache()  # their half tables live in self.stacked now
         device = self.rows.device

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import torch
 
-__all__ = ["DEFAULT_CACHE_BYTES", "HotRowIndex", "hash_slot", "IdCounter", "SLOTS_PER_ROW", "default_cache_rows", "serve_rows"]
+__all__ = ["DEFAULT_CACHE_BYTES", "HotRowIndex", "hash_slot", "hottest", "IdCounter", "SLOTS_PER_ROW", "default_cache_rows", "serve_rows"]
 
 #: Bytes of materialised rows a table keeps for serving by default (65,536 rows at dim 16 in fp32).
 DEFAULT_CACHE_BYTES = 4 * 2**20
@@ -29,71 +29,58 @@ def default_cache_rows(num_embeddings: int, embedding_dim: int, element_size: in
 
 
 class IdCounter:
-    """Approximate counts of the ids seen most often, in memory for at most ``capacity`` ids.
+    """Approximate counts of the ids seen most often, kept in two fixed-size tensors the layer owns.
 
-    Counts are merged in batches; when more than ``capacity`` distinct ids are known, the least
-    frequent are dropped (lossy counting: an id frequent enough to be among the hottest keeps
-    coming back and survives, a rare one is forgotten).
+    ``ids`` (int64, -1 where empty) and ``counts`` (float32) have ``capacity`` entries; they are
+    the layer's buffers, so they are saved, loaded, moved and (under DDP) broadcast with it.
+    Batches are kept pending and merged in bulk; when more distinct ids are known than fit, the
+    least frequent are dropped (lossy counting: an id frequent enough to be among the hottest
+    keeps coming back and survives, a rare one is forgotten).
     """
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
-        self.ids: torch.Tensor | None = None
-        self.counts: torch.Tensor | None = None
         self._pending: list[tuple[torch.Tensor, torch.Tensor]] = []
         self._pending_size = 0
 
-    def update(self, ids: torch.Tensor, counts: torch.Tensor | None = None) -> None:
-        """Count ``ids`` (``counts`` times each when given: pass deduplicated ids with their counts)."""
+    def update(self, ids: torch.Tensor, counts: torch.Tensor | None = None) -> bool:
+        """Count ``ids`` (``counts`` times each when given); True when enough is pending to :meth:`merge_into`."""
         if self.capacity <= 0 or not ids.numel():
-            return
+            return False
         ids = ids.detach().reshape(-1).long()
         counts = torch.ones(ids.shape, device=ids.device) if counts is None else counts.detach().reshape(-1).float()
         self._pending.append((ids, counts))
         self._pending_size += ids.numel()
-        if self._pending_size >= self.capacity:
-            self._merge()
+        return self._pending_size >= self.capacity
 
-    def _merge(self) -> None:
+    @torch.no_grad()
+    def merge_into(self, ids: torch.Tensor, counts: torch.Tensor) -> None:
+        """Add the pending counts to ``ids``/``counts`` in place, keeping the ``capacity`` most frequent."""
         if not self._pending:
             return
-        parts = self._pending if self.ids is None else [(self.ids, self.counts), *self._pending]
-        device = parts[-1][0].device
-        ids = torch.cat([p[0].to(device) for p in parts])
-        counts = torch.cat([p[1].to(device) for p in parts])
-        unique, inverse = torch.unique(ids, return_inverse=True)
-        summed = torch.zeros(unique.shape, device=device).index_add_(0, inverse, counts)
-        if unique.numel() > self.capacity:
-            keep = summed.topk(self.capacity).indices
-            unique, summed = unique[keep], summed[keep]
-        self.ids, self.counts = unique, summed
+        all_ids = torch.cat([ids, *[p[0].to(ids.device) for p in self._pending]])
+        all_counts = torch.cat([counts, *[p[1].to(counts.device) for p in self._pending]])
         self._pending, self._pending_size = [], 0
+        unique, inverse = torch.unique(all_ids, return_inverse=True)
+        summed = torch.zeros(unique.shape, device=ids.device).index_add_(0, inverse, all_counts)
+        summed[unique < 0] = 0  # the empty entries
+        keep = summed.topk(min(self.capacity, unique.numel())).indices
+        ids.fill_(-1)
+        counts.zero_()
+        kept = summed[keep] > 0
+        ids[: keep.numel()] = torch.where(kept, unique[keep], -1)
+        counts[: keep.numel()] = summed[keep]
 
-    def counted(self) -> bool:
-        """Whether any id was counted."""
-        return self.ids is not None or bool(self._pending)
+    def pending(self) -> bool:
+        """Whether counts wait to be merged."""
+        return bool(self._pending)
 
-    def hottest(self, k: int) -> torch.Tensor:
-        """The (at most) ``k`` most frequent ids seen, most frequent first."""
-        self._merge()
-        if self.ids is None or k <= 0:
-            return torch.empty(0, dtype=torch.long)
-        return self.ids[self.counts.topk(min(k, self.ids.numel())).indices]
 
-    def state(self) -> dict[str, torch.Tensor]:
-        """The counts as tensors (for ``state_dict``)."""
-        self._merge()
-        if self.ids is None:
-            return {}
-        return {"ids": self.ids.cpu(), "counts": self.counts.cpu()}
-
-    def load(self, state: dict[str, torch.Tensor], device: torch.device) -> None:
-        """Restore counts saved by :meth:`state`."""
-        self._pending, self._pending_size = [], 0
-        if not state:
-            self.ids = self.counts = None
-            return
-        self.ids, self.counts = state["ids"].to(device).long(), state["counts"].to(device).float()
+def hottest(ids: torch.Tensor, counts: torch.Tensor, k: int) -> torch.Tensor:
+    """The (at most) ``k`` most frequent ids of merged counts, most frequent first."""
+    order = counts.topk(min(k, counts.numel())).indices
+    top = ids[order]
+    return top[top >= 0]
 
 
 def hash_slot(ids: torch.Tensor, mask: int) -> torch.Tensor:

@@ -10,7 +10,7 @@ from torch import nn
 
 from comera_lightning.layers.base import TTModule
 from comera_lightning.layers.contraction import chain_cost, contract_chain, tt_svd
-from comera_lightning.layers.hot_rows import HotRowIndex, IdCounter, default_cache_rows, serve_rows
+from comera_lightning.layers.hot_rows import HotRowIndex, IdCounter, default_cache_rows, hottest, serve_rows
 from comera_lightning.layers.inference_cache import caching_allowed
 from comera_lightning.layers.interface import LayerSummary, format_modes
 from comera_lightning.layers.shapes import balance_halves, bond_rank_caps, factorize, prod
@@ -102,7 +102,10 @@ class TTEmbedding(TTModule):
         self.lookup_mode = lookup
         element_size = self.cores[0].element_size()
         self.cache_rows = default_cache_rows(num_embeddings, embedding_dim, element_size) if cache_rows is None else min(cache_rows, num_embeddings)
-        self.id_counter = IdCounter(0 if self.caches_whole_table else 2 * self.cache_rows)
+        capacity = 0 if self.caches_whole_table else 2 * self.cache_rows
+        self.id_counter = IdCounter(capacity)
+        self.register_buffer("counted_ids", torch.full((capacity,), -1, dtype=torch.long, device=device))
+        self.register_buffer("id_counts", torch.zeros(capacity, device=device))
 
     # ------------------------------------------------------------------ conversions
     @classmethod
@@ -239,19 +242,24 @@ class TTEmbedding(TTModule):
         """Whether the hot-row cache holds every row (then nothing needs counting)."""
         return self.cache_rows >= self.num_embeddings
 
-    def count_ids(self, ids: torch.Tensor) -> None:
-        """Count ``ids`` towards the hot rows without a training step (e.g. from a sample of logs)."""
-        self.id_counter.update(ids)
+    def count_ids(self, ids: torch.Tensor, counts: torch.Tensor | None = None) -> None:
+        """Count ``ids`` towards the hot rows (training forwards do; call it to count from data without training)."""
+        if self.id_counter.update(ids, counts):
+            self.id_counter.merge_into(self.counted_ids, self.id_counts)
         cache = self.__dict__.get("_inference_cache")
         if cache is not None:  # the hottest ids may have changed
             cache.discard("hot_rows")
 
+    def has_counts(self) -> bool:
+        """Whether any id was counted (syncs with the device)."""
+        return self.id_counter.pending() or bool((self.counted_ids >= 0).any())
+
     def hot_ids(self) -> torch.Tensor:
         """The ids to serve from the cache at inference, most frequent first (every id when the cache holds the table)."""
-        device = self.cores[0].device
         if self.caches_whole_table:
-            return torch.arange(self.num_embeddings, device=device)
-        return self.id_counter.hottest(self.cache_rows).to(device)
+            return torch.arange(self.num_embeddings, device=self.cores[0].device)
+        self.id_counter.merge_into(self.counted_ids, self.id_counts)
+        return hottest(self.counted_ids, self.id_counts, self.cache_rows)
 
     def build_hot_rows(self) -> tuple[HotRowIndex | None, torch.Tensor]:
         """``(index, rows)`` of the hot rows, contracted from the current cores now.
@@ -276,16 +284,20 @@ class TTEmbedding(TTModule):
         index = cache.values.get("hot_rows", (None,))[0] if cache is not None else None
         return sum(t.numel() * t.element_size() for t in held if isinstance(t, torch.Tensor)) + (index.nbytes() if index is not None else 0)
 
-    def get_extra_state(self) -> dict:
-        return {"id_counts": self.id_counter.state()}
-
-    def set_extra_state(self, state: dict) -> None:
-        self.id_counter.load(state.get("id_counts", {}), self.cores[0].device)
+    def _save_to_state_dict(self, destination, prefix, keep_vars):
+        self.id_counter.merge_into(self.counted_ids, self.id_counts)  # the saved counts include the pending ones
+        super()._save_to_state_dict(destination, prefix, keep_vars)
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs):
+        for name in ("counted_ids", "id_counts"):
+            stored = state_dict.get(prefix + name)
+            if stored is not None and stored.shape != getattr(self, name).shape:  # saved with another cache size
+                setattr(self, name, torch.empty_like(stored, device=getattr(self, name).device))
         super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs)
-        if prefix + "_extra_state" in missing_keys:  # a checkpoint from before the counts were saved: start counting afresh
-            missing_keys.remove(prefix + "_extra_state")
+        for name in ("counted_ids", "id_counts"):  # a checkpoint from before the counts were saved: start afresh
+            if prefix + name in missing_keys:
+                missing_keys.remove(prefix + name)
+        self.id_counter.capacity = self.counted_ids.numel()
 
     # ------------------------------------------------------------------ forward
     def serves_hot_rows(self) -> bool:
@@ -303,10 +315,10 @@ class TTEmbedding(TTModule):
         if self.deduplicate and ids_are_checkable() and flat.numel() > 1:
             unique, inverse, counts = torch.unique(flat, return_inverse=True, return_counts=True)
             if counting:
-                self.id_counter.update(unique, counts)
+                self.count_ids(unique, counts)
             return self.lookup(unique)[inverse]
         if counting:
-            self.id_counter.update(flat)
+            self.count_ids(flat)
         return self.lookup(flat)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:

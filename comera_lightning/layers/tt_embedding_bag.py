@@ -7,9 +7,10 @@ and resizes it on load like any other TT layer); smaller tables, where a tensor 
 nothing, stay dense ``nn.Embedding`` weights pooled by the same code. Both live in the
 ``embedding_bags`` ``ModuleDict`` keyed by table name, the attribute name TorchRec uses.
 
-Forward, per table: the ids of all its features are concatenated, deduplicated in eager mode,
-each unique id is looked up once through the TT fast lookup, and the bags are pooled with
-``F.embedding_bag`` over those unique rows (plain torch, no fbgemm). torchrec is optional:
+Forward in training, per table: the ids of all its features are concatenated, deduplicated in
+eager mode (and counted, for the hot rows), each distinct id is contracted once, and the bags are
+pooled with ``F.embedding_bag`` over those rows (plain torch, no fbgemm). At inference (eval, no
+autograd) all tables are served at once from one hot-row cache (``bag_serving.py``). torchrec is optional:
 importing this module without it raises an ``ImportError`` saying how to install it.
 """
 
@@ -24,15 +25,14 @@ from torch import nn
 
 from comera_lightning._optional import loaded, require
 from comera_lightning.layers.bag_serving import CollectionCache
+from comera_lightning.layers.bag_tables import EmbeddingBagConfig, PoolingType, concat, config_dtype, dense_table, table_std, validate_tables
 from comera_lightning.layers.inference_cache import caching_allowed
 from comera_lightning.layers.interface import LayerSummary, TensorizedModule
 from comera_lightning.layers.tt_embedding import TTEmbedding, ids_are_checkable
 
 _FEATURE = "TTEmbeddingBagCollection"
-_configs = require("torchrec.modules.embedding_configs", _FEATURE)
 _modules = require("torchrec.modules.embedding_modules", _FEATURE)
 _jagged = require("torchrec.sparse.jagged_tensor", _FEATURE)
-DataType, EmbeddingBagConfig, PoolingType = _configs.DataType, _configs.EmbeddingBagConfig, _configs.PoolingType
 EmbeddingBagCollection = _modules.EmbeddingBagCollection
 EmbeddingBagCollectionInterface = _modules.EmbeddingBagCollectionInterface
 get_embedding_names_by_table = _modules.get_embedding_names_by_table
@@ -46,11 +46,6 @@ __all__ = ["TTEmbeddingBagCollection", "DEFAULT_MIN_ROWS"]
 # Tables with fewer rows stay dense: their TT form would hardly be smaller and costs more compute.
 DEFAULT_MIN_ROWS = 1000
 INIT_CHOICES = ("svd", "random", "paper")
-
-
-def _config_dtype(config: EmbeddingBagConfig) -> torch.dtype:
-    """The dtype TorchRec's ``EmbeddingBagCollection`` gives a table."""
-    return torch.float32 if config.data_type == DataType.FP32 else torch.float16
 
 
 class TTEmbeddingBagCollection(EmbeddingBagCollectionInterface, TensorizedModule):
@@ -79,7 +74,7 @@ class TTEmbeddingBagCollection(EmbeddingBagCollectionInterface, TensorizedModule
     ) -> None:
         super().__init__()
         tables = list(tables)
-        _validate_tables(tables)
+        validate_tables(tables)
         if isinstance(min_rows, bool) or not isinstance(min_rows, int) or min_rows < 0:
             raise ValueError(f"min_rows must be an integer >= 0, got {min_rows!r}.")
         tt_kwargs.setdefault("deduplicate", True)  # click logs repeat ids heavily: look each up once
@@ -92,9 +87,9 @@ class TTEmbeddingBagCollection(EmbeddingBagCollectionInterface, TensorizedModule
         for config in tables:
             if not config.feature_names:
                 config.feature_names = [config.name]  # as EmbeddingBagCollection does
-            table_dtype = dtype or _config_dtype(config)
+            table_dtype = dtype or config_dtype(config)
             if config.num_embeddings < min_rows:
-                self.embedding_bags[config.name] = _dense_table(config, device, table_dtype)
+                self.embedding_bags[config.name] = dense_table(config, device, table_dtype)
             else:
                 self.embedding_bags[config.name] = TTEmbedding(
                     config.num_embeddings, config.embedding_dim, max_rank=max_rank, num_cores=num_cores,
@@ -143,9 +138,9 @@ class TTEmbeddingBagCollection(EmbeddingBagCollectionInterface, TensorizedModule
         self._check_ids(per_feature)
         pooled: list[torch.Tensor] = []
         for config, keys, values in zip(self._embedding_bag_configs, keys_of, per_feature):
-            lengths = _concat([features.lengths()[length_offsets[i] : length_offsets[i + 1]] for i in keys])
-            bag_weights = _concat([weights[value_offsets[i] : value_offsets[i + 1]] for i in keys]) if self._is_weighted else None
-            out = self._pool(config, _concat(values), lengths, bag_weights)
+            lengths = concat([features.lengths()[length_offsets[i] : length_offsets[i + 1]] for i in keys])
+            bag_weights = concat([weights[value_offsets[i] : value_offsets[i + 1]] for i in keys]) if self._is_weighted else None
+            out = self._pool(config, concat(values), lengths, bag_weights)
             pooled.extend(out.split([strides[i] for i in keys]))
         return KeyedTensor(
             keys=self._embedding_names,
@@ -176,10 +171,8 @@ class TTEmbeddingBagCollection(EmbeddingBagCollectionInterface, TensorizedModule
         per_key = features.to_dict()
         for config, names in zip(self._embedding_bag_configs, self._feature_names):
             table = self.embedding_bags[config.name]
-            if isinstance(table, TTEmbedding):
-                for name in names:
-                    if name in per_key:
-                        table.count_ids(per_key[name].values())
+            for name in [n for n in names if n in per_key and isinstance(table, TTEmbedding)]:
+                table.count_ids(per_key[name].values())
         self.__dict__.pop("_collection_cache", None)
 
     def inference_bytes(self) -> int:
@@ -209,7 +202,7 @@ class TTEmbeddingBagCollection(EmbeddingBagCollectionInterface, TensorizedModule
             elif table.deduplicate and ids_are_checkable() and ids.numel() > 1 and not table.serves_hot_rows():
                 unique, index, counts = torch.unique(ids, return_inverse=True, return_counts=True)
                 if table.training:
-                    table.id_counter.update(unique, counts)
+                    table.count_ids(unique, counts)
                 rows = table.lookup(unique)
             else:  # hot rows at inference, or every id contracted
                 rows, index = table.rows(ids), torch.arange(ids.numel(), device=ids.device)
@@ -313,7 +306,7 @@ class TTEmbeddingBagCollection(EmbeddingBagCollectionInterface, TensorizedModule
                 elif init == "svd":
                     table.load_table_(weight)
                 else:
-                    table.reset_cores(1.0 if init == "paper" else _table_std(weight, configs[name]))
+                    table.reset_cores(1.0 if init == "paper" else table_std(weight, configs[name]))
         return layer
 
     def to_ebc(self) -> EmbeddingBagCollection:
@@ -354,40 +347,3 @@ class TTEmbeddingBagCollection(EmbeddingBagCollectionInterface, TensorizedModule
             f"below min_rows={self.min_rows}), features={len(self._embedding_names)}, is_weighted={self._is_weighted}, "
             f"parameters={self.num_parameters():,} (dense {self.dense_parameters():,}, {self.compression_ratio():.1f}x)"
         )
-
-
-def _concat(parts: list[torch.Tensor]) -> torch.Tensor:
-    return parts[0] if len(parts) == 1 else torch.cat(parts)
-
-
-def _validate_tables(tables: list[EmbeddingBagConfig]) -> None:
-    if not tables:
-        raise ValueError("TTEmbeddingBagCollection needs at least one EmbeddingBagConfig, got none.")
-    names = set()
-    for config in tables:
-        if not isinstance(config, EmbeddingBagConfig):
-            raise TypeError(f"tables must be torchrec EmbeddingBagConfig objects, got {type(config).__name__}.")
-        if config.name in names:
-            raise ValueError(f"duplicate table name {config.name!r}; every table needs its own name.")
-        names.add(config.name)
-        if config.pooling not in (PoolingType.SUM, PoolingType.MEAN):
-            raise ValueError(f"table {config.name!r} has pooling {config.pooling}; only PoolingType.SUM and MEAN are supported.")
-
-
-def _table_std(weight: torch.Tensor, config: EmbeddingBagConfig) -> float:
-    """Standard deviation of a table's entries; for a meta table, of its ``init_fn`` on a sample of rows."""
-    if weight.device.type == "meta":
-        if config.init_fn is None:
-            return 1.0
-        weight = torch.empty(min(weight.shape[0], 4096), weight.shape[1], dtype=torch.float32)
-        config.init_fn(weight)
-    return float(weight.float().std()) if weight.numel() > 1 else 1.0
-
-
-def _dense_table(config: EmbeddingBagConfig, device: torch.device | str | None, dtype: torch.dtype) -> nn.Embedding:
-    """A small table kept dense, initialised like TorchRec initialises it."""
-    table = nn.Embedding(config.num_embeddings, config.embedding_dim, device=device, dtype=dtype)
-    if config.init_fn is not None and table.weight.device.type != "meta":
-        with torch.no_grad():
-            config.init_fn(table.weight)
-    return table
