@@ -1,0 +1,86 @@
+"""Interleaved timing for ``embedding_speed.py``: every system once per round, order rotated, medians of rounds.
+
+A round calls each system ``calls_per_round(batch)`` times in a row (32 calls at batch 1, one
+at 4,096) on that round's batches, the same batches for every system; a round's time is the
+mean per call. The first ``warmup`` rounds are not kept. Ratios are dense ms / system ms
+(above 1: the system is faster than the dense tables).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+CALLS_AT_BATCH_1 = 32
+
+
+def calls_per_round(batch: int) -> int:
+    """Calls of one system per round: enough at small batches that a round is not a single ~50 µs call."""
+    return max(1, CALLS_AT_BATCH_1 // batch)
+
+
+def interleave(calls: dict[str, Callable[[int], Any]], rounds: int, warmup: int, per_round: int) -> dict[str, Any]:
+    """Time ``calls[name](index)`` for every system, interleaved; per-round ms per call, medians, dense ratios."""
+    names = list(calls)
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for i in range(warmup + rounds):
+        shift = i % len(names)
+        for name in names[shift:] + names[:shift]:
+            tick = time.perf_counter()
+            for j in range(per_round):
+                calls[name](i * per_round + j)
+            if i >= warmup:
+                times[name].append(1e3 * (time.perf_counter() - tick) / per_round)
+    medians = {name: statistics.median(t) for name, t in times.items()}
+    result: dict[str, Any] = {"ms_median": medians, "ms_rounds": times, "calls_per_round": per_round}
+    if "dense" in medians:
+        result["dense_over"] = {name: medians["dense"] / ms for name, ms in medians.items() if name != "dense"}
+    return result
+
+
+def time_inference(models: dict[str, Any], batches: list[Any], args: Any, batch: int) -> dict[str, Any]:
+    """The collections' forward alone (``lookup``) and the whole DLRM (``dlrm``), eval + ``inference_mode``."""
+    import torch
+
+    from benchmarks.inference.embedding_systems import collection_of
+
+    per_round = calls_per_round(batch)
+    lookups = {name: (lambda i, c=collection_of(m): c(batches[i].sparse)) for name, m in models.items()}
+    dlrms = {name: (lambda i, m=m: m(dense_features=batches[i].dense, sparse_features=batches[i].sparse))
+             for name, m in models.items()}
+    with torch.inference_mode():
+        return {"lookup": interleave(lookups, args.rounds, args.warmup, per_round),
+                "dlrm": interleave(dlrms, args.rounds, args.warmup, per_round)}
+
+
+def first_calls(models: dict[str, Any], batch: Any) -> dict[str, float]:
+    """ms of each collection's first eval-mode forward (where a TT collection builds its serving cache)."""
+    import torch
+
+    from benchmarks.inference.embedding_systems import collection_of
+
+    out = {}
+    with torch.inference_mode():
+        for name, model in models.items():
+            tick = time.perf_counter()
+            collection_of(model)(batch.sparse)
+            out[name] = 1e3 * (time.perf_counter() - tick)
+    return out
+
+
+def time_training(systems: dict[str, tuple[Any, Any]], batches: list[Any], args: Any) -> dict[str, Any]:
+    """One training step (forward, BCE, backward, optimizer step) of each system per round, interleaved."""
+    from benchmarks.training.dlrm_systems import train_step
+
+    losses: dict[str, list[float]] = {name: [] for name in systems}
+
+    def step(name: str, i: int) -> None:
+        model, optimizer = systems[name]
+        losses[name].append(train_step(model, optimizer, batches[i]))
+
+    calls = {name: (lambda i, name=name: step(name, i)) for name in systems}
+    result = interleave(calls, args.rounds, args.warmup, 1)
+    result["losses"] = losses
+    return result
