@@ -126,7 +126,9 @@ class CollectionCache:
         keys, ranks = torch.cat(keys), torch.cat(ranks)
         self.index = HotRowIndex(keys[torch.sort(ranks, stable=True).indices], keys.numel())
         self.index.position += self.cached_rows  # positions point into self.rows, after the whole tables
-        return self._contract(self.index.ids)
+        rows = self._contract(self.index.ids)
+        self.hot_count, self.index.ids = self.index.ids.numel(), None  # not needed once the rows exist
+        return rows
 
     def _contract(self, keys: torch.Tensor) -> torch.Tensor:
         """Rows of large-table ``keys`` (``key_base[t] + id``), contracted from the tables' cores."""
@@ -192,7 +194,7 @@ class CollectionCache:
             return
         miss = (~hit).nonzero().squeeze(1)
         missed, inverse = torch.unique(keys.index_select(0, miss), return_inverse=True)
-        free = self.cached_rows + self.index.ids.numel()
+        free = self.cached_rows + self.hot_count
         if free + missed.numel() > self.rows.shape[0]:  # more misses than spare rows: grow
             self.rows = torch.cat([self.rows, self.rows.new_zeros(missed.numel() + SPARE_ROWS, self.rows.shape[1])])
         self.rows[free : free + missed.numel()] = self._contract(missed)

@@ -108,7 +108,8 @@ class HotRowIndex:
         first[1:] = ordered[1:] != ordered[:-1]
         keep = order[first].sort().values  # back in frequency order
         self.ids = ids[keep]  # the cached ids; row k of the cache is the row of ids[k]
-        self.tags = torch.full((size,), -1, dtype=torch.long, device=ids.device)
+        small = not ids.numel() or int(ids.max()) < 2**31  # int32 tags halve the index
+        self.tags = torch.full((size,), -1, dtype=torch.int32 if small else torch.long, device=ids.device)
         self.position = torch.zeros(size, dtype=torch.int32, device=ids.device)
         self.tags[slots[keep]] = self.ids
         self.position[slots[keep]] = torch.arange(keep.numel(), dtype=torch.int32, device=ids.device)
@@ -122,7 +123,8 @@ class HotRowIndex:
         return self.position.index_select(0, slot).long(), self.tags.index_select(0, slot) == ids
 
     def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in (self.ids, self.tags, self.position))
+        """Bytes of the hash table (the ``ids`` list is only needed to build the rows)."""
+        return sum(t.numel() * t.element_size() for t in (self.tags, self.position))
 
 
 def serve_rows(ids: torch.Tensor, index: HotRowIndex, hot_rows: torch.Tensor, compute: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
