@@ -111,7 +111,7 @@ class HotRowIndex:
         small = not ids.numel() or int(ids.max()) < 2**31  # int32 tags halve the index
         self.tags = torch.full((size,), -1, dtype=torch.int32 if small else torch.long, device=ids.device)
         self.position = torch.zeros(size, dtype=torch.int32, device=ids.device)
-        self.tags[slots[keep]] = self.ids
+        self.tags[slots[keep]] = self.ids.to(self.tags.dtype)
         self.position[slots[keep]] = torch.arange(keep.numel(), dtype=torch.int32, device=ids.device)
 
     def _slot(self, ids: torch.Tensor) -> torch.Tensor:
