@@ -3,7 +3,7 @@
 Systems (``embedding_systems.py``): ``dense`` (TorchRec ``EmbeddingBagCollection``; for training
 ``FusedEmbeddingBagCollection`` with fbgemm's fused Adagrad), ``int8`` (TorchRec's quantised
 collection, inference only), ``tt_before`` (``TTEmbeddingBagCollection`` with ``cache_rows=0,
-lookup="tables"``: the code before the hot-row cache) and ``tt`` (the defaults), all from
+lookup="tables"``: the code before the hot-row cache) and ``tt`` (the defaults), ``tt_pruned`` (``tt`` with a third of every bond kept, pruned), all from
 ``from_ebc(meta, max_rank=32, init="random")``, each inside TorchRec's DLRM (dense arch
 num_dense-512-256-16, over arch 512-256-1). Workloads (``embedding_workloads.py``): ``criteo``
 (the 26 Kaggle tables, 33.8M rows, Zipf(1.2) ids scattered per table; ``--zipf``) and
@@ -18,7 +18,7 @@ Per workload, in one process (``embedding_timing.py``: interleaved rounds, order
    ``torch.inference_mode()``, at every ``--batches`` size;
 3. bytes after the timed inference: ``inference_bytes()`` (TT) or parameters+buffers (dense,
    int8); ``torch.save(state_dict)`` of the DLRM; the DLRM exported through
-   ``comera_lightning.export`` (dense-tensor entry point; dense, tt_before, tt);
+   ``comera_lightning.export`` (dense-tensor entry point; every system but int8);
 4. the inference models are freed, then one training step per system and round at
    ``--train-batch`` (forward, BCE, backward, optimizer step): dense fused Adagrad + torch
    Adagrad on the MLPs, TT torch Adagrad on everything.
@@ -72,7 +72,7 @@ def measure_sizes(models: dict[str, Any], workload: Any, args: argparse.Namespac
     result["state_dict_bytes"] = {name: systems.state_dict_bytes(m) for name, m in models.items()}
     example = workload.batches(2, 1, seed=args.seed + 3)[0]
     result["export_bytes"] = {}
-    for name in ("dense", "tt_before", "tt"):
+    for name in ("dense", "tt_before", "tt", "tt_pruned"):
         if name not in models:
             continue
         try:
@@ -141,8 +141,7 @@ def host(args: argparse.Namespace) -> dict[str, Any]:
         except importlib.metadata.PackageNotFoundError:
             versions[package] = None
     return {**machine_basics(), "torch": torch.__version__, **versions, "threads": torch.get_num_threads(),
-            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-            "tt_cache_api": systems.tt_api_available()}
+            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -7,35 +7,27 @@
   fbgemm's row-wise int8 tables with an fp16 scale and bias per row); inference only;
 * ``tt_before``: ``TTEmbeddingBagCollection.from_ebc(meta, max_rank=32, init="random",
   cache_rows=0, lookup="tables")``: the lookup before the hot-row cache (half tables only);
-* ``tt``: the same with the defaults (hot-row cache of automatic size, cost-based lookup).
+* ``tt``: the same with the defaults (hot-row cache of automatic size, cost-based lookup);
+* ``tt_pruned``: ``tt`` after a simulated late stage (a third of every bond kept, then ``prune_``,
+  as ``inference/systems.py`` does): the model a CoMERA run serves; inference only.
 
 Every collection sits in ``torchrec.models.dlrm.DLRM`` (dense arch num_dense-512-256-dim, over
-arch 512-256-1, as in ``benchmarks/training/dlrm_systems.py``), MLPs seeded alike. Where the
-TT API has no ``cache_rows`` yet, ``tt_before`` is the plain collection (the same code path)
-and ``tt`` is reported as unavailable.
+arch 512-256-1, as in ``benchmarks/training/dlrm_systems.py``), MLPs seeded alike.
 """
 
 from __future__ import annotations
 
-import inspect
 import os
 import tempfile
 from pathlib import Path
 from typing import Any
 
-SYSTEMS = ("dense", "int8", "tt_before", "tt")
+SYSTEMS = ("dense", "int8", "tt_before", "tt", "tt_pruned")
 TRAIN_SYSTEMS = ("dense", "tt_before", "tt")
-TT_OPTIONS = {"tt_before": {"cache_rows": 0, "lookup": "tables"}, "tt": {}}
+TT_OPTIONS = {"tt_before": {"cache_rows": 0, "lookup": "tables"}, "tt": {}, "tt_pruned": {}}
+KEEP_FRACTION = 1 / 3
 DENSE_ARCH = (512, 256)
 OVER_ARCH = (512, 256, 1)
-
-
-def tt_api_available() -> bool:
-    """Whether ``TTEmbedding`` takes ``cache_rows`` and ``lookup`` (the hot-row cache API)."""
-    from comera_lightning.layers import TTEmbedding
-
-    parameters = inspect.signature(TTEmbedding.__init__).parameters
-    return "cache_rows" in parameters and "lookup" in parameters
 
 
 def build_dlrm(collection: Any, dim: int, num_dense: int, seed: int = 0) -> Any:
@@ -68,14 +60,19 @@ def int8_collection(dense: Any) -> Any:
 
 
 def tt_collection(system: str, configs: list[Any], max_rank: int, min_rows: int) -> Any:
-    """The TT collection of ``system`` (``tt_before`` or ``tt``), from a meta collection, random cores."""
+    """The TT collection of ``system``, from a meta collection, random cores (``tt_pruned``: then pruned)."""
     from torchrec.modules.embedding_modules import EmbeddingBagCollection
 
+    from benchmarks.training.transformer_systems import keep_ranks_
     from comera_lightning import TTEmbeddingBagCollection
+    from comera_lightning.rank import prune_
 
     meta = EmbeddingBagCollection(tables=configs, device="meta")
-    options = TT_OPTIONS[system] if tt_api_available() else {}
-    return TTEmbeddingBagCollection.from_ebc(meta, max_rank=max_rank, init="random", min_rows=min_rows, **options)
+    collection = TTEmbeddingBagCollection.from_ebc(meta, max_rank=max_rank, init="random", min_rows=min_rows, **TT_OPTIONS[system])
+    if system == "tt_pruned":
+        keep_ranks_(collection, KEEP_FRACTION)
+        prune_(collection)
+    return collection
 
 
 def build_inference(workload: Any, args: Any) -> tuple[dict[str, Any], dict[str, str]]:
@@ -91,10 +88,7 @@ def build_inference(workload: Any, args: Any) -> tuple[dict[str, Any], dict[str,
         collections["int8"] = int8_collection(dense)
     except Exception as error:  # reported in the results instead of the row
         missing["int8"] = f"{type(error).__name__}: {error}"
-    for system in ("tt_before", "tt"):
-        if system == "tt" and not tt_api_available():
-            missing["tt"] = "TTEmbedding has no cache_rows/lookup arguments in this checkout (the hot-row cache API)"
-            continue
+    for system in ("tt_before", "tt", "tt_pruned"):
         collections[system] = tt_collection(system, workload.configs(args.dim), args.max_rank, args.min_rows)
     models = {name: build_dlrm(c, args.dim, workload.num_dense, args.seed).eval() for name, c in collections.items()}
     return models, missing
@@ -102,18 +96,9 @@ def build_inference(workload: Any, args: Any) -> tuple[dict[str, Any], dict[str,
 
 def count_ids(collection: Any, batches: list[Any]) -> str:
     """Give a TT collection its id frequencies from training batches; how it was done."""
-    import torch
-
-    if hasattr(collection, "count_ids"):
-        for batch in batches:
-            collection.count_ids(batch.sparse)
-        return "count_ids"
-    collection.train()
-    with torch.no_grad():
-        for batch in batches:
-            collection(batch.sparse)
-    collection.eval()
-    return "training-mode forwards (no count_ids in this checkout)"
+    for batch in batches:
+        collection.count_ids(batch.sparse)
+    return "count_ids"
 
 
 def collection_of(model: Any) -> Any:
@@ -170,8 +155,6 @@ def build_training(workload: Any, args: Any) -> dict[str, tuple[Any, Any]]:
         if system == "dense":
             collection = FusedEmbeddingBagCollection(workload.configs(args.dim), optimizer_type=torch.optim.Adagrad,
                                                      optimizer_kwargs={"lr": args.lr}, device=torch.device("cpu"))
-        elif system == "tt" and not tt_api_available():
-            continue
         else:
             collection = tt_collection(system, workload.configs(args.dim), args.max_rank, args.min_rows)
         model = build_dlrm(collection, args.dim, workload.num_dense, args.seed).train()
