@@ -138,3 +138,24 @@ def test_cache_off_serves_every_id_from_the_cores():
     with torch.no_grad():
         torch.testing.assert_close(layer(ids), uncached(layer, ids))
     assert "hot_rows" not in layer.__dict__.get("_inference_cache").values
+
+
+@pytest.mark.slow
+def test_two_process_ddp_serves_the_same_exact_rows_on_every_rank(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root), "WANDB_MODE": "disabled"}
+    done = subprocess.run([sys.executable, str(root / "tests/scripts/ddp_hot_rows_script.py"), str(tmp_path)],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in (0, 1)]
+    for a, b in zip(ranks[0]["cores"], ranks[1]["cores"]):
+        torch.testing.assert_close(a, b)
+    for record in ranks:  # each rank serves from hot rows it counted itself; the rows are the cores'
+        assert record["hot"].numel() > 100
+        torch.testing.assert_close(record["served"], record["contracted"], rtol=0, atol=1e-6)
+    torch.testing.assert_close(ranks[0]["served"], ranks[1]["served"], rtol=0, atol=1e-6)
