@@ -68,3 +68,4 @@ def logs_this_step(trainer: pl.Trainer) -> bool:
     accumulation follows). A Lightning without it: every step.
     """
     return getattr(getattr(trainer, "_logger_connector", None), "should_update_logs", True)
+

@@ -1,7 +1,7 @@
 """``export``: a trained tensorized model as a plain-PyTorch ``torch.export.ExportedProgram``.
 
 The program holds every TT layer in its cheapest inference form (``forms.py``: two
-low-rank factors for a linear layer, two half tables for an embedding) and nothing of
+low-rank factors or the cores for a linear layer, the cores and hot rows for an embedding) and nothing of
 comera_lightning, Lightning or TorchRec: ``torch.export.load(path).module()(*inputs)`` runs
 with torch alone. docs/INFERENCE.md has the forms, the tolerance and the measured sizes and speeds.
 """

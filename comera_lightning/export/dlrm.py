@@ -74,7 +74,7 @@ def dense_input_dlrm(model: nn.Module) -> DenseInputDLRM:
         table = ebc.embedding_bags[config.name]
         if isinstance(table, TTEmbedding):
             table = copy.deepcopy(table).eval()
-            table.prune_()  # dead ranks carry nothing: slice them out before building the half tables
+            table.prune_()  # dead ranks carry nothing: slice them out before storing the cores
             table = embedding_form(table)
         elif isinstance(table, nn.EmbeddingBag):  # a dense TorchRec table
             table = nn.Embedding.from_pretrained(table.weight.detach().clone(), freeze=True)

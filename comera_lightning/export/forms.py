@@ -124,7 +124,7 @@ class CoresEmbedding(nn.Module):
         return chain_rows(list(self.cores), self.row_modes, ids)[:, : self.embedding_dim]
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        flat = ids.reshape(-1)
+        flat = ids.reshape(-1).long()  # (the hash needs int64: narrower ids would overflow)
         if not self.tags.numel():
             rows = self._contract(flat)
         else:
@@ -141,10 +141,11 @@ class CoresEmbedding(nn.Module):
 def embedding_form(layer: TTEmbedding) -> nn.Module:
     """The cores and the hot rows counted so far (:class:`CoresEmbedding`), or ``nn.Embedding`` when that is smaller."""
     with torch.no_grad():
-        if layer.cache_rows and layer.caches_whole_table:
-            return layer.to_embedding()  # a table that fits its cache is served whole: a dense table
+        if layer.cache_rows and layer.caches_whole_table or 0 in layer.physical_ranks:
+            return layer.to_embedding()  # a table that fits its cache is served whole (a dead one is zeros): a dense table
         index, hot_rows = layer.build_hot_rows() if layer.cache_rows and layer.has_counts() else (None, None)
         form = CoresEmbedding(layer, index, hot_rows)
-        if sum(t.numel() for t in (*form.cores, form.hot_rows)) >= layer.num_embeddings * layer.embedding_dim:
+        stored = sum(t.numel() * t.element_size() for t in (*form.cores, *form.buffers()))
+        if stored >= layer.num_embeddings * layer.embedding_dim * layer.cores[0].element_size():
             return layer.to_embedding()
         return form

@@ -39,6 +39,11 @@ def _state_tensors(tables: Sequence[nn.Module]) -> list[torch.Tensor]:
     return tensors
 
 
+def _thresholds(tables: Sequence[nn.Module]) -> tuple:
+    """The TT tables' gate thresholds (a changed threshold changes which gates count as dead)."""
+    return tuple(t.gate_threshold for t in tables if isinstance(t, TTEmbedding))
+
+
 class StackedHalfTables:
     """The half tables of several TT tables stacked (ranks zero-padded), so one gather and one bmm serve them all."""
 
@@ -74,7 +79,11 @@ class StackedHalfTables:
 
 
 class CollectionCache:
-    """Rows of every table of a collection, served in a fixed number of ops (see the module docstring)."""
+    """Rows of every table of a collection, served in a fixed number of ops (see the module docstring).
+
+    Not thread-safe: a batch's misses are written into spare rows of the shared array (serve one
+    module per thread).
+    """
 
     def __init__(self, tables: Sequence[nn.Module], configs: Sequence, feature_names: Sequence[Sequence[str]]) -> None:
         self.tables = list(tables)
@@ -87,19 +96,18 @@ class CollectionCache:
             self.cached_rows = int(starts[-1])
             partial_tables = [self.tables[t] for t in self.partial]
             self.stacked = StackedHalfTables(partial_tables) if StackedHalfTables.fits(partial_tables) else None
-            self.key_base = torch.tensor([0, *torch.tensor([c.num_embeddings for c in configs]).cumsum(0)[:-1].tolist()])
+            device = _state_tensors(self.tables[:1])[0].device
+            self.key_base = torch.tensor([0, *torch.tensor([c.num_embeddings for c in configs]).cumsum(0)[:-1].tolist()], device=device)
             parts = [w for w in whole if w is not None] + [self._build_hot()]
             self.rows = torch.cat(parts)  # spare rows for misses are added by the first batch that needs them
         for table in partial_tables:
             table.clear_inference_cache()  # their half tables live in self.stacked now
-        device = self.rows.device
-        self.key_base = self.key_base.to(device)
         self.table_of_feature = table_of_feature
         self.feature_table = torch.tensor(table_of_feature, device=device)
         self.feature_start = starts.to(device).index_select(0, self.feature_table)
         self.feature_size = torch.tensor([configs[t].num_embeddings for t in table_of_feature], device=device)
         self.mean = [configs[t].pooling.name == "MEAN" for t in table_of_feature]
-        self.state = InferenceCache.of(_state_tensors(self.tables), 0.0)
+        self.state = InferenceCache.of(_state_tensors(self.tables), _thresholds(self.tables))
 
     @staticmethod
     def _whole_rows(table: nn.Module) -> torch.Tensor | None:
@@ -132,6 +140,8 @@ class CollectionCache:
 
     def _contract(self, keys: torch.Tensor) -> torch.Tensor:
         """Rows of large-table ``keys`` (``key_base[t] + id``), contracted from the tables' cores."""
+        if not keys.numel():
+            return _state_tensors(self.tables[:1])[0].new_zeros(0, self.tables[0].embedding_dim)
         table = torch.searchsorted(self.key_base, keys, right=True) - 1
         ids = keys - self.key_base.index_select(0, table)
         if self.stacked is not None:
@@ -153,7 +163,7 @@ class CollectionCache:
     def valid_for(self, tables: Sequence[nn.Module]) -> bool:
         """Whether these are still the tables, in the state, the rows were built from."""
         same = len(tables) == len(self.tables) and all(a is b for a, b in zip(tables, self.tables))
-        return same and self.state.matches(_state_tensors(tables), 0.0)
+        return same and self.state.matches(_state_tensors(tables), _thresholds(tables))
 
     def nbytes(self) -> int:
         """Bytes of the cached rows, the hash index and the stacked half tables."""
@@ -163,8 +173,8 @@ class CollectionCache:
     def serve(self, keys: Sequence[str], values: torch.Tensor, lengths: torch.Tensor, length_per_key: Sequence[int],
               batch: int) -> torch.Tensor | None:
         """Pooled ``(batch, Σ dims)`` for a KJT's parts; None when its features differ or an id is out of range."""
-        if list(keys) != self.features or not values.numel() or values.is_floating_point():
-            return None
+        if list(keys) != self.features or not values.numel() or values.is_floating_point() or lengths.numel() != batch * len(keys):
+            return None  # (other features, or a variable batch per feature: the per-table path handles or names it)
         device = values.device
         per_key = torch.tensor(length_per_key, device=device)
         feature = torch.repeat_interleave(torch.arange(len(self.features), device=device), per_key, output_size=values.numel())

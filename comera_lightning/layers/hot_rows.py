@@ -13,8 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
+from torch import nn
 
-__all__ = ["DEFAULT_CACHE_BYTES", "HotRowIndex", "hash_slot", "hottest", "IdCounter", "SLOTS_PER_ROW", "default_cache_rows", "serve_rows"]
+__all__ = ["DEFAULT_CACHE_BYTES", "HotRowIndex", "hash_slot", "hottest", "IdCounter", "SLOTS_PER_ROW", "default_cache_rows", "keep_id_counts_local", "serve_rows"]
 
 #: Bytes of materialised rows a table keeps for serving by default (65,536 rows at dim 16 in fp32).
 DEFAULT_CACHE_BYTES = 4 * 2**20
@@ -31,7 +32,7 @@ def default_cache_rows(num_embeddings: int, embedding_dim: int, element_size: in
 class IdCounter:
     """Approximate counts of the ids seen most often, kept in two fixed-size tensors the layer owns.
 
-    ``ids`` (int64, -1 where empty) and ``counts`` (float32) have ``capacity`` entries; they are
+    ``ids`` (int64, -1 where empty) and ``counts`` (int32: immune to ``.half()``) have ``capacity`` entries; they are
     the layer's buffers, so they are saved, loaded, moved and (under DDP) broadcast with it.
     Batches are kept pending and merged in bulk; when more distinct ids are known than fit, the
     least frequent are dropped (lossy counting: an id frequent enough to be among the hottest
@@ -48,7 +49,7 @@ class IdCounter:
         if self.capacity <= 0 or not ids.numel():
             return False
         ids = ids.detach().reshape(-1).long()
-        counts = torch.ones(ids.shape, device=ids.device) if counts is None else counts.detach().reshape(-1).float()
+        counts = torch.ones(ids.shape, dtype=torch.long, device=ids.device) if counts is None else counts.detach().reshape(-1).long()
         self._pending.append((ids, counts))
         self._pending_size += ids.numel()
         return self._pending_size >= self.capacity
@@ -59,17 +60,17 @@ class IdCounter:
         if not self._pending:
             return
         all_ids = torch.cat([ids, *[p[0].to(ids.device) for p in self._pending]])
-        all_counts = torch.cat([counts, *[p[1].to(counts.device) for p in self._pending]])
+        all_counts = torch.cat([counts.long(), *[p[1].to(counts.device) for p in self._pending]])
         self._pending, self._pending_size = [], 0
         unique, inverse = torch.unique(all_ids, return_inverse=True)
-        summed = torch.zeros(unique.shape, device=ids.device).index_add_(0, inverse, all_counts)
+        summed = torch.zeros(unique.shape, dtype=torch.long, device=ids.device).index_add_(0, inverse, all_counts)
         summed[unique < 0] = 0  # the empty entries
         keep = summed.topk(min(self.capacity, unique.numel())).indices
         ids.fill_(-1)
         counts.zero_()
         kept = summed[keep] > 0
         ids[: keep.numel()] = torch.where(kept, unique[keep], -1)
-        counts[: keep.numel()] = summed[keep]
+        counts[: keep.numel()] = summed[keep].clamp(max=torch.iinfo(counts.dtype).max)
 
     def pending(self) -> bool:
         """Whether counts wait to be merged."""
@@ -129,6 +130,8 @@ class HotRowIndex:
 
 def serve_rows(ids: torch.Tensor, index: HotRowIndex, hot_rows: torch.Tensor, compute: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
     """Rows of 1-D ``ids``: hot ones gathered from ``hot_rows``, the distinct misses from ``compute(ids)``."""
+    if not hot_rows.shape[0]:  # nothing counted yet: every id is a miss
+        return compute(ids)
     position, hit = index.find(ids)
     rows = torch.nn.functional.embedding(position, hot_rows)
     if not bool(hit.all()):  # one host sync: the misses' count decides the work
@@ -136,3 +139,18 @@ def serve_rows(ids: torch.Tensor, index: HotRowIndex, hot_rows: torch.Tensor, co
         missed, inverse = torch.unique(ids[miss], return_inverse=True)
         rows[miss] = compute(missed)[inverse]
     return rows
+
+
+def keep_id_counts_local(model: nn.Module) -> None:
+    """Tell DDP not to broadcast the TT tables' id counts from rank 0 at every forward.
+
+    The counts only choose which rows each rank caches for serving (the rows themselves come from
+    the synchronised cores, so every rank serves the same values); broadcasting them would cost
+    ~1.5 MB per large table per step. DDP reads this attribute of the module it wraps
+    (``tensorize`` sets it on the model it tensorizes).
+    """
+    names = [f"{name}.{buffer}" for name, module in model.named_modules() if "counted_ids" in module._buffers
+             for buffer in ("counted_ids", "id_counts")]
+    if names:
+        ignored = set(getattr(model, "_ddp_params_and_buffers_to_ignore", ()))
+        model._ddp_params_and_buffers_to_ignore = sorted(ignored | set(names))

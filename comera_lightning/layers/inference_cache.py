@@ -1,8 +1,9 @@
 """Reusing a TT layer's contracted factors at inference, until any of its parameters changes.
 
 A TT layer contracts its cores into two factors (``TTLinear``) or two half tables
-(``TTEmbedding``) on every call. At inference the cores do not change between calls, so the
-result is kept and reused, keyed on everything that could change it:
+(``TTEmbedding``, when that lookup is the cheaper one) on every call; a ``TTEmbedding`` also
+materialises its hot rows at inference. The cores do not change between inference calls, so
+the results are kept and reused, keyed on everything that could change them:
 
 * each core, gate and ``alive`` mask, by identity (a weak reference: ``prune_``,
   ``load_cores_`` and resizing on load put new tensors in place) and by ``tensor._version``

@@ -105,7 +105,7 @@ class TTEmbedding(TTModule):
         capacity = 0 if self.caches_whole_table else 2 * self.cache_rows
         self.id_counter = IdCounter(capacity)
         self.register_buffer("counted_ids", torch.full((capacity,), -1, dtype=torch.long, device=device))
-        self.register_buffer("id_counts", torch.zeros(capacity, device=device))
+        self.register_buffer("id_counts", torch.zeros(capacity, dtype=torch.int32, device=device))
 
     # ------------------------------------------------------------------ conversions
     @classmethod
@@ -289,15 +289,19 @@ class TTEmbedding(TTModule):
         super()._save_to_state_dict(destination, prefix, keep_vars)
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs):
-        for name in ("counted_ids", "id_counts"):
-            stored = state_dict.get(prefix + name)
-            if stored is not None and stored.shape != getattr(self, name).shape:  # saved with another cache size
-                setattr(self, name, torch.empty_like(stored, device=getattr(self, name).device))
+        """Counts saved with any cache size load into this one (the most frequent that fit); none saved: start afresh."""
+        stored_ids, stored_counts = state_dict.pop(prefix + "counted_ids", None), state_dict.pop(prefix + "id_counts", None)
         super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs)
-        for name in ("counted_ids", "id_counts"):  # a checkpoint from before the counts were saved: start afresh
+        for name in ("counted_ids", "id_counts"):
             if prefix + name in missing_keys:
                 missing_keys.remove(prefix + name)
-        self.id_counter.capacity = self.counted_ids.numel()
+        self.id_counter = IdCounter(self.counted_ids.numel())
+        self.counted_ids.fill_(-1)
+        self.id_counts.zero_()
+        if stored_ids is not None and stored_counts is not None:
+            kept = stored_ids >= 0
+            self.id_counter.update(stored_ids[kept].to(self.counted_ids.device), stored_counts[kept].to(self.counted_ids.device))
+            self.id_counter.merge_into(self.counted_ids, self.id_counts)
 
     # ------------------------------------------------------------------ forward
     def serves_hot_rows(self) -> bool:

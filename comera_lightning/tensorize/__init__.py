@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from comera_lightning.layers import TensorizedModule
+from comera_lightning.layers.hot_rows import keep_id_counts_local
 from comera_lightning.rank import compression_stats
 from comera_lightning.tensorize.attention import attention_blocks
 from comera_lightning.tensorize.config import DEFAULT_EMBEDDING_RANK, INIT_CHOICES, ModuleRules, TensorizeConfig
@@ -147,6 +148,7 @@ def tensorize(model: nn.Module, config: TensorizeConfig | Mapping[str, Any] | No
         new.train(old.training)
         _replace_everywhere(model, scan.names_of[id(old)], new)
         report.swapped.append(record)
+    keep_id_counts_local(model)
     report.model_parameters_after = _count_parameters(model)
     return report
 

@@ -90,3 +90,13 @@ def test_bad_ids_and_unusual_inputs_take_the_checked_path():
     reordered = KeyedJaggedTensor.from_jt_dict({k: kjt[k] for k in reversed(kjt.keys())})
     with torch.no_grad():
         torch.testing.assert_close(ebc(reordered).values(), per_table(ebc, kjt), rtol=0, atol=1e-12)
+
+
+def test_a_collection_that_counted_nothing_and_a_changed_threshold_serve_exact_rows():
+    ebc = collection().eval()
+    kjt = batch(32, 8, length=2)
+    with torch.no_grad():
+        torch.testing.assert_close(ebc(kjt).values(), per_table(ebc, kjt), rtol=0, atol=1e-12)
+        ebc.embedding_bags["big"].gate_threshold = 0.9  # gates at 1.0 stay live, but the key must notice
+        ebc.embedding_bags["big"].gates[0][:3] = 0.5  # below the new threshold: dead
+        torch.testing.assert_close(ebc(kjt).values(), per_table(ebc, kjt), rtol=0, atol=1e-12)

@@ -37,7 +37,7 @@ def uncached(layer: TTEmbedding, ids: torch.Tensor) -> torch.Tensor:
 def test_counter_finds_the_hottest_ids_in_bounded_memory():
     ids = zipf_ids(200_000, 1_000_000, seed=1)
     counter = IdCounter(capacity=4_000)
-    kept_ids, kept_counts = torch.full((4_000,), -1), torch.zeros(4_000)
+    kept_ids, kept_counts = torch.full((4_000,), -1), torch.zeros(4_000, dtype=torch.int32)
     for chunk in ids.split(4096):
         if counter.update(chunk):
             counter.merge_into(kept_ids, kept_counts)
@@ -121,6 +121,26 @@ def test_counts_survive_a_checkpoint_and_old_checkpoints_still_load():
     TTEmbedding(50_000, 8, max_rank=6, num_cores=3, dtype=torch.float64).load_state_dict(old)  # strict: no error
 
 
+def test_a_table_that_counted_nothing_serves_from_its_cores():
+    layer = TTEmbedding(100_000, 8, max_rank=4, num_cores=3).eval()  # fresh: no training forward yet
+    ids = torch.randint(0, 100_000, (50,))
+    with torch.no_grad():
+        torch.testing.assert_close(layer(ids), uncached(layer, ids))
+
+
+def test_counts_load_into_a_cache_of_another_size():
+    layer = trained_layer(cache_rows=2_000)
+    other = TTEmbedding(50_000, 8, max_rank=6, num_cores=3, cache_rows=500, dtype=torch.float64)
+    other.load_state_dict(layer.state_dict())
+    assert set(other.hot_ids().tolist()) <= set(layer.hot_ids().tolist()) and other.id_counter.capacity == 1_000
+    assert other.hot_ids().numel() == 500
+    whole = TTEmbedding(50_000, 8, max_rank=6, num_cores=3, cache_rows=50_000, dtype=torch.float64)
+    fresh = TTEmbedding(50_000, 8, max_rank=6, num_cores=3, cache_rows=2_000, dtype=torch.float64)
+    fresh.load_state_dict(whole.state_dict())  # counts saved with no capacity: this layer still counts
+    fresh(zipf_ids(100, 50_000, seed=2))
+    assert fresh.has_counts()
+
+
 def test_whole_table_cache_needs_no_counts_and_options_are_checked():
     small = TTEmbedding(300, 8, max_rank=4, num_cores=2).eval()
     assert small.caches_whole_table and small.id_counter.capacity == 0
@@ -155,7 +175,17 @@ def test_two_process_ddp_serves_the_same_exact_rows_on_every_rank(tmp_path):
     ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in (0, 1)]
     for a, b in zip(ranks[0]["cores"], ranks[1]["cores"]):
         torch.testing.assert_close(a, b)
-    for record in ranks:  # each rank serves from hot rows it counted itself; the rows are the cores'
+    for record in ranks:  # whichever ids a rank caches, the rows are the synchronised cores'
         assert record["hot"].numel() > 100
         torch.testing.assert_close(record["served"], record["contracted"], rtol=0, atol=1e-6)
     torch.testing.assert_close(ranks[0]["served"], ranks[1]["served"], rtol=0, atol=1e-6)
+
+
+def test_tensorize_keeps_the_id_counts_out_of_ddp_broadcasts():
+    from torch import nn
+
+    from comera_lightning import tensorize
+
+    model = nn.Sequential(nn.Embedding(60_000, 8), nn.Linear(8, 2))
+    tensorize(model, target_modules=["0"], include_embeddings=True, min_compression=0.0)
+    assert model._ddp_params_and_buffers_to_ignore == ["0.counted_ids", "0.id_counts"]

@@ -1,7 +1,8 @@
 """Two-process CPU DDP (gloo): a TTEmbedding trained on different ids per rank, then served from its hot rows.
 
 Each rank saves what it serves for the same ids in eval mode (hot rows) and what it computes from
-the cores (autograd on: nothing cached), and the ids it would serve from its cache.
+the cores (autograd on: nothing cached), and the ids it would serve from its cache. (Plain DDP
+broadcasts the count buffers from rank 0; ``ComeraCallback`` keeps them local to each rank.)
 """
 
 import sys
