@@ -3,9 +3,9 @@
 Click logs and text are skewed: a few thousand ids make most lookups. :class:`IdCounter` counts
 the ids a table sees in training (or is shown with ``count_ids``) in bounded memory;
 :class:`HotRowIndex` finds a hot id's row by hashing; :func:`serve_rows` answers a lookup from
-the hot rows and contracts only the misses. The rows are computed from the current cores and kept in the layer's inference
-cache (``inference_cache.py``), so they are never stale: any change to a core, gate or mask (an
-optimizer step, a prune, a load) rebuilds them at the next lookup.
+the hot rows and contracts only the misses. The rows are computed from the current cores and
+kept in the layer's inference cache (``inference_cache.py``), so they are never stale: any
+change to a core, gate or mask (an optimizer step, a prune, a load) rebuilds them.
 """
 
 from __future__ import annotations
@@ -32,8 +32,9 @@ def default_cache_rows(num_embeddings: int, embedding_dim: int, element_size: in
 class IdCounter:
     """Approximate counts of the ids seen most often, kept in two fixed-size tensors the layer owns.
 
-    ``ids`` (int64, -1 where empty) and ``counts`` (int32: immune to ``.half()``) have ``capacity`` entries; they are
-    the layer's buffers, so they are saved, loaded, moved and (under DDP) broadcast with it.
+    ``ids`` (int64, -1 where empty) and ``counts`` (int32: ``.half()`` leaves them alone) have
+    ``capacity`` entries; they are the layer's buffers, saved, loaded and moved with it (``tensorize``
+    keeps them out of DDP's broadcasts: :func:`keep_id_counts_local`).
     Batches are kept pending and merged in bulk; when more distinct ids are known than fit, the
     least frequent are dropped (lossy counting: an id frequent enough to be among the hottest
     keeps coming back and survives, a rare one is forgotten).
