@@ -128,6 +128,8 @@ class CoresEmbedding(nn.Module):
         if not self.tags.numel():
             rows = self._contract(flat)
         else:
+            # Not layers.hot_rows.serve_rows: its "any misses?" host branch cannot be exported; here the
+            # misses are a data-dependent index (empty or not) that torch.export keeps symbolic.
             slot = hash_slot(flat, self.mask)
             hit = self.tags.index_select(0, slot) == flat
             rows = F.embedding(self.position.index_select(0, slot).long(), self.hot_rows)

@@ -29,14 +29,13 @@ SPARE_ROWS = 1024
 
 
 def _state_tensors(tables: Sequence[nn.Module]) -> list[torch.Tensor]:
-    """Every tensor the cached rows depend on (read from the modules' dicts: ``parameters()`` is slow per call)."""
-    tensors = []
-    for table in tables:
-        if isinstance(table, TTEmbedding):
-            tensors += [*table.cores._parameters.values(), *table.gates._parameters.values(), *table._buffers.values()]
-        else:
-            tensors.append(table.weight)
-    return tensors
+    """Every tensor the cached rows depend on: a TT table's cores, gates and masks, a dense table's weight."""
+    return [t for table in tables for t in (table.state_tensors() if isinstance(table, TTEmbedding) else [table.weight])]
+
+
+def _offsets(sizes: Sequence[int], device: torch.device) -> torch.Tensor:
+    """Where each of consecutive blocks of ``sizes`` starts: ``[0, s0, s0+s1, ...]`` without the total."""
+    return torch.tensor([0, *torch.tensor(list(sizes)).cumsum(0)[:-1].tolist()], device=device)
 
 
 def _thresholds(tables: Sequence[nn.Module]) -> tuple:
@@ -55,8 +54,8 @@ class StackedHalfTables:
         self.right = torch.cat([F.pad(right, (0, 0, 0, rank - right.shape[1])) for _, right in halves])  # (ΣN_R, r, M_R)
         device = self.left.device
         self.n_right = torch.tensor([right.shape[0] for _, right in halves], device=device)
-        self.left_base = torch.tensor([0, *torch.tensor([left.shape[0] for left, _ in halves]).cumsum(0)[:-1].tolist()], device=device)
-        self.right_base = torch.tensor([0, *self.n_right.cumsum(0)[:-1].tolist()], device=device)
+        self.left_base = _offsets([left.shape[0] for left, _ in halves], device)
+        self.right_base = _offsets(self.n_right.tolist(), device)
         self.dim = tables[0].embedding_dim
 
     @staticmethod
@@ -90,24 +89,28 @@ class CollectionCache:
         self.features = [f for names in feature_names for f in names]
         table_of_feature = [t for t, names in enumerate(feature_names) for _ in names]
         self.partial = [t for t, table in enumerate(self.tables) if isinstance(table, TTEmbedding) and not table.caches_whole_table]
+        first = _state_tensors(self.tables[:1])[0]
+        device, self.dtype, self.dim = first.device, first.dtype, self.tables[0].embedding_dim
+        self.partial_tensor = torch.tensor(self.partial, dtype=torch.long, device=device)
         with torch.no_grad():
             whole = [self._whole_rows(table) for table in self.tables]
-            starts = torch.tensor([0, *torch.tensor([len(w) if w is not None else 0 for w in whole]).cumsum(0).tolist()])
-            self.cached_rows = int(starts[-1])
+            sizes = [len(w) if w is not None else 0 for w in whole]
+            self.cached_rows = sum(sizes)
             partial_tables = [self.tables[t] for t in self.partial]
             self.stacked = StackedHalfTables(partial_tables) if StackedHalfTables.fits(partial_tables) else None
-            device = _state_tensors(self.tables[:1])[0].device
-            self.key_base = torch.tensor([0, *torch.tensor([c.num_embeddings for c in configs]).cumsum(0)[:-1].tolist()], device=device)
+            self.key_base = _offsets([c.num_embeddings for c in configs], device)
             parts = [w for w in whole if w is not None] + [self._build_hot()]
             self.rows = torch.cat(parts)  # spare rows for misses are added by the first batch that needs them
         for table in partial_tables:
             table.clear_inference_cache()  # their half tables live in self.stacked now
         self.table_of_feature = table_of_feature
-        self.feature_table = torch.tensor(table_of_feature, device=device)
-        self.feature_start = starts.to(device).index_select(0, self.feature_table)
+        self.feature_start = _offsets(sizes, device)[table_of_feature]
         self.feature_size = torch.tensor([configs[t].num_embeddings for t in table_of_feature], device=device)
         self.mean = [configs[t].pooling.name == "MEAN" for t in table_of_feature]
         self.state = InferenceCache.of(_state_tensors(self.tables), _thresholds(self.tables))
+
+    def _no_rows(self) -> torch.Tensor:
+        return torch.zeros(0, self.dim, dtype=self.dtype, device=self.partial_tensor.device)
 
     @staticmethod
     def _whole_rows(table: nn.Module) -> torch.Tensor | None:
@@ -116,7 +119,7 @@ class CollectionCache:
             return table.weight.detach()
         if not table.caches_whole_table:
             return None
-        rows = table.lookup(table.hot_ids())
+        rows = table.build_hot_rows()[1]
         table.clear_inference_cache()
         return rows
 
@@ -129,8 +132,7 @@ class CollectionCache:
             ranks.append(torch.arange(ids.numel(), device=ids.device))
         if not keys:
             self.index = None
-            template = _state_tensors(self.tables[:1])[0]
-            return template.new_zeros(0, self.tables[0].embedding_dim)
+            return self._no_rows()
         keys, ranks = torch.cat(keys), torch.cat(ranks)
         self.index = HotRowIndex(keys[torch.sort(ranks, stable=True).indices], keys.numel())
         self.index.position += self.cached_rows  # positions point into self.rows, after the whole tables
@@ -141,11 +143,11 @@ class CollectionCache:
     def _contract(self, keys: torch.Tensor) -> torch.Tensor:
         """Rows of large-table ``keys`` (``key_base[t] + id``), contracted from the tables' cores."""
         if not keys.numel():
-            return _state_tensors(self.tables[:1])[0].new_zeros(0, self.tables[0].embedding_dim)
+            return self._no_rows()
         table = torch.searchsorted(self.key_base, keys, right=True) - 1
         ids = keys - self.key_base.index_select(0, table)
         if self.stacked is not None:
-            return self.stacked.rows(torch.searchsorted(torch.tensor(self.partial, device=keys.device), table), ids)
+            return self.stacked.rows(torch.searchsorted(self.partial_tensor, table), ids)
         out = None
         for t in torch.unique(table).tolist():  # tables that cannot be stacked: one by one
             at = (table == t).nonzero().squeeze(1)

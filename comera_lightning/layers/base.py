@@ -105,12 +105,19 @@ class TTModule(TensorizedModule):
         """
         if not caching_allowed(self.training):
             return compute()
-        tensors = (*self.cores, *self.gates, *self._alive_masks())
+        tensors = self.state_tensors()
         cache = self.__dict__.get("_inference_cache")
         if cache is None or not cache.matches(tensors, self.gate_threshold):
             cache = InferenceCache.of(tensors, self.gate_threshold)
             self.__dict__["_inference_cache"] = cache
         return cache.get(key, compute)
+
+    def state_tensors(self) -> list[torch.Tensor]:
+        """The cores, gates and ``alive`` masks: every tensor a cached contraction depends on.
+
+        Read from the containers' dicts: iterating a ``ParameterList`` costs more than the check it serves.
+        """
+        return [*self.cores._parameters.values(), *self.gates._parameters.values(), *self._alive_masks()]
 
     def clear_inference_cache(self) -> None:
         """Drop the cached factors (they are rebuilt on the next inference call)."""

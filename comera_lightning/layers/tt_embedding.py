@@ -209,11 +209,10 @@ class TTEmbedding(TTModule):
             bad = low if low < 0 else high
             raise IndexError(f"id {bad} is out of range for a TTEmbedding of {self.num_embeddings} rows (valid: 0..{self.num_embeddings - 1}).")
 
-    def uses_chain(self, num_ids: int) -> bool:
-        """Whether ``num_ids`` lookups now take the per-id chain rather than the half tables."""
+    def uses_chain(self, num_ids: int, split: int) -> bool:
+        """Whether ``num_ids`` lookups now take the per-id chain rather than the half tables cut at ``split``."""
         if self.lookup_mode != "auto":
             return self.lookup_mode == "chain"
-        split = self.best_split(num_ids)
         bonds = [1, *self.physical_ranks, 1]
         tables = num_ids * prod(self.col_modes[:split]) * bonds[split] * prod(self.col_modes[split:])
         if not caching_allowed(self.training):  # built on every call; at inference once
@@ -225,9 +224,9 @@ class TTEmbedding(TTModule):
         """Rows for a 1-D tensor of ids, ``(len(ids), embedding_dim)``, contracted from the cores (no hot rows)."""
         if 0 in self.physical_ranks:
             return self.dead_output((ids.numel(), self.embedding_dim), self.cores[0].new_zeros(()))  # ids carry no gradient
-        if self.uses_chain(ids.numel()):
-            return chain_rows(self.gated_cores(), self.row_modes, ids)[:, : self.embedding_dim]
         split = self.best_split(ids.numel())  # (the tables' cost keeps them small, also when cached)
+        if self.uses_chain(ids.numel(), split):
+            return chain_rows(self.gated_cores(), self.row_modes, ids)[:, : self.embedding_dim]
         left, right = self.cached(("half_tables", split), lambda: self.half_tables(split))
         n_right = right.shape[0]
         # F.embedding gathers with a much faster backward than advanced indexing on CPU.
@@ -277,12 +276,15 @@ class TTEmbedding(TTModule):
 
     def inference_bytes(self) -> int:
         """Bytes held for serving: parameters, buffers, and what the inference cache holds now."""
-        held = [*self.parameters(), *self.buffers()]
+        total = sum(t.numel() * t.element_size() for t in (*self.parameters(), *self.buffers()))
         cache = self.__dict__.get("_inference_cache")
-        if cache is not None:
-            held += [t for value in cache.values.values() for t in (value if isinstance(value, tuple) else (value,)) if t is not None]
-        index = cache.values.get("hot_rows", (None,))[0] if cache is not None else None
-        return sum(t.numel() * t.element_size() for t in held if isinstance(t, torch.Tensor)) + (index.nbytes() if index is not None else 0)
+        for value in cache.values.values() if cache is not None else ():
+            for part in value if isinstance(value, tuple) else (value,):  # half tables, or (index, hot rows)
+                if isinstance(part, torch.Tensor):
+                    total += part.numel() * part.element_size()
+                elif isinstance(part, HotRowIndex):
+                    total += part.nbytes()
+        return total
 
     def _save_to_state_dict(self, destination, prefix, keep_vars):
         self.id_counter.merge_into(self.counted_ids, self.id_counts)  # the saved counts include the pending ones
