@@ -27,6 +27,7 @@ from comera_lightning.checkpoint import install_checkpoint_loading
 from comera_lightning.checkpoint.resume import ResumeState, capture_rng_state, missed_epoch_end, run_missed_validation
 from comera_lightning.checkpoint.settings import callback_settings, warn_changed_settings
 from comera_lightning.data.resumable import record_consumed_batches
+from comera_lightning.optim.core_steps import DEFAULT_CORE_STEP_SCALE, CoreStepScale
 from comera_lightning.optim.gates import DEFAULT_GATE_LR, GateOptimizer
 from comera_lightning.rank import tt_layers
 from comera_lightning.schedule import ComeraObjective, LossTarget, StageSchedule
@@ -50,6 +51,7 @@ class ComeraCallback(Callback):
         rank_weight: γ, the weight of the size surrogate R in the early stage's objective L + γR.
         gate_threshold: a rank gate at or below this is dead and pruned; None: the tensorize config's (0.01 by default).
         gate_lr: learning rate of the gates' own Adam (no weight decay), stepped after the optimizer that held them.
+        core_step_scale: each TT core moves this many times as far per step as the module's optimizer moved it (1: as far), so a product of cores learns at a dense weight's pace (docs/METHOD.md §2.2).
         tensorize: which layers become tensor trains and how (the CLI's comera.tensorize section); None: the defaults.
         early_steps: optimizer steps of the early stage, instead of early_epochs.
         late_epochs: epochs of the late stage, then the task loss alone; None (and no late_steps): until training ends.
@@ -79,6 +81,7 @@ class ComeraCallback(Callback):
         gate_threshold: float | None = None,
         *,
         gate_lr: float = DEFAULT_GATE_LR,
+        core_step_scale: float = DEFAULT_CORE_STEP_SCALE,
         tensorize: TensorizeConfig | None = None,
         early_steps: int | None = None,
         late_epochs: int | None = None,
@@ -103,6 +106,7 @@ class ComeraCallback(Callback):
         self.stage_objective = ComeraObjective(target_ratio, rank_weight, loss_weight, size_weight, size_surrogate, late_objective, loss_tolerance)
         self.loss_target = LossTarget(loss_target, loss_target_metric)
         self.gate_optimizer = GateOptimizer(gate_lr, follow_schedule=late_objective == "guarded")
+        self.core_steps = CoreStepScale(core_step_scale)
         self.events = StageEvents(self.schedule, self.stage_objective, self.loss_target, self.gate_optimizer)
         self.log_bond_ranks, self.check_finite_loss, self.allow_manual_optimization = log_bond_ranks, check_finite_loss, allow_manual_optimization
         self._trainer: pl.Trainer | None = None
@@ -144,6 +148,8 @@ class ComeraCallback(Callback):
         """The optimizers exist now: take the gates over (before Lightning restores the optimizers' state)."""
         self.gate_optimizer.attach([g for _, layer in tt_layers(pl_module) for g in layer.gates], trainer.optimizers)
         self.gate_optimizer.follow_scaler(getattr(trainer.precision_plugin, "scaler", None))
+        layers = [layer for _, layer in tt_layers(pl_module)]
+        self.core_steps.attach(lambda: [core for layer in layers for core in layer.cores], trainer.optimizers)
 
     @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -170,6 +176,7 @@ class ComeraCallback(Callback):
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         """Give the module its own methods back; stop following its optimizer."""
         self.gate_optimizer.detach()
+        self.core_steps.detach()
         unwrap_methods(pl_module)
         self._resume = ResumeState()
 

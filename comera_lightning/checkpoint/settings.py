@@ -27,6 +27,7 @@ def callback_settings(callback: Any) -> dict[str, Any]:
         "target_ratio": objective.target_ratio, "rank_weight": objective.rank_weight,
         "loss_weight": objective.loss_weight, "size_weight": objective.size_weight, "size_surrogate": objective.surrogate,
         "loss_target": target.value, "loss_target_metric": target.metric, "gate_lr": callback.gate_optimizer.lr,
+        "core_step_scale": callback.core_steps.scale,
         "tensorize": callback.tensorize_config.to_dict(),
     }
 

@@ -1,0 +1,73 @@
+"""CoreStepScale: each tensor-train core moves ``scale`` times as far per step as its optimizer moved it.
+
+Why: a weight stored as a product of cores changes by the sum of each core's step multiplied by
+the other cores, and those other cores are small (a two-core train at rank r with a dense layer's
+entry scale σ holds entries of about σ/√r and √σ). Under an Adam-like optimizer every entry moves
+about ``lr`` whatever its scale, so the product moves several times less per step than the dense
+weight it replaced would at the same ``lr``: measured on the quality race (docs/TUNING.md), the
+tensorized model trained at the user's ``lr`` is held back by that, not by its size. Scaling the
+cores' steps gives them the step a dense weight would have, and leaves every other parameter, the
+optimizer, its param groups and its LR schedule as the user made them.
+
+How: a pre-step hook copies the cores, a post-step hook adds ``(scale - 1)`` times the step the
+optimizer made; an optimizer step that did not run (a skipped AMP step) changes nothing. Works
+with any ``torch.optim.Optimizer``; the copies cost one more set of core-sized tensors at step time.
+Plain torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from comera_lightning._checks import check_number
+
+__all__ = ["DEFAULT_CORE_STEP_SCALE", "CoreStepScale"]
+
+#: Chosen on the quality race (docs/TUNING.md, "Core step scale"): 1 → 6.137, 2 → 6.061, 4 → 6.036, 8 → 6.078 on Llama 128×2.
+DEFAULT_CORE_STEP_SCALE = 4.0
+
+
+class CoreStepScale:
+    """Multiply the step every optimizer makes on the TT cores by ``scale`` (1: leave steps alone)."""
+
+    def __init__(self, scale: float = DEFAULT_CORE_STEP_SCALE) -> None:
+        check_number("core_step_scale", scale, 0.0, low_open=True)
+        self.scale = float(scale)
+        self._cores: Callable[[], list[nn.Parameter]] | None = None
+        self._hooks: list[Any] = []
+        self._before: list[torch.Tensor] = []
+        self._moving: list[nn.Parameter] = []
+
+    def attach(self, cores: Callable[[], list[nn.Parameter]], optimizers: Sequence[torch.optim.Optimizer]) -> None:
+        """Scale the core steps of each of ``optimizers``; ``cores()`` gives the cores now (pruning replaces them)."""
+        self.detach()
+        if self.scale == 1.0:
+            return
+        self._cores = cores
+        for optimizer in optimizers:
+            self._hooks.append(optimizer.register_step_pre_hook(self._remember))
+            self._hooks.append(optimizer.register_step_post_hook(self._stretch))
+
+    def detach(self) -> None:
+        """Stop scaling steps."""
+        for hook in self._hooks:
+            hook.remove()
+        self._hooks, self._before, self._moving, self._cores = [], [], [], None
+
+    @torch.no_grad()
+    def _remember(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        held = {id(p) for group in optimizer.param_groups for p in group["params"]}
+        self._moving = [p for p in self._cores() if id(p) in held]  # no gradient yet when step() runs a closure
+        self._before = [p.detach().clone() for p in self._moving]
+
+    @torch.no_grad()
+    def _stretch(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        if not self._moving:
+            return
+        steps = torch._foreach_sub([p.detach() for p in self._moving], self._before)
+        torch._foreach_add_([p.detach() for p in self._moving], steps, alpha=self.scale - 1.0)
+        self._before, self._moving = [], []

@@ -1,0 +1,98 @@
+"""CoreStepScale on its own (plain torch) and under the callback with the module's own optimizer."""
+
+import copy
+
+import lightning as L
+import pytest
+import torch
+
+from comera_lightning import ComeraCallback, tensorize
+from comera_lightning.optim.core_steps import CoreStepScale
+from comera_lightning.rank import prune_, tt_layers
+from tests.helpers.plain_modules import PlainClassifier, loaders
+
+
+def tensorized():
+    torch.manual_seed(0)
+    model = PlainClassifier()
+    tensorize(model, max_rank=8, num_cores=3)
+    return model
+
+
+def cores_of(model):
+    return [core for _, layer in tt_layers(model) for core in layer.cores]
+
+
+def one_step(model, optimizer):
+    torch.manual_seed(1)
+    optimizer.zero_grad()
+    model(torch.randn(8, 64)).pow(2).mean().backward()
+    optimizer.step()
+
+
+@pytest.mark.parametrize("make", [lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9),
+                                  lambda p: torch.optim.AdamW(p, lr=1e-3, weight_decay=0.1)])
+def test_cores_move_scale_times_as_far_and_nothing_else_changes(make):
+    plain, scaled = tensorized(), tensorized()
+    start = copy.deepcopy(plain.state_dict())
+    plain_opt, scaled_opt = make(plain.parameters()), make(scaled.parameters())
+    CoreStepScale(3.0).attach(lambda: cores_of(scaled), [scaled_opt])
+    one_step(plain, plain_opt)
+    one_step(scaled, scaled_opt)
+    core_names = {n for n, _ in scaled.named_parameters() if ".cores." in n}
+    assert core_names
+    for name, param in scaled.named_parameters():
+        plain_step = dict(plain.named_parameters())[name].detach() - start[name]
+        expected = 3.0 * plain_step if name in core_names else plain_step
+        torch.testing.assert_close(param.detach() - start[name], expected, rtol=1e-4, atol=1e-7, msg=name)
+    assert any(float((p.detach() - start[n]).abs().max()) > 0 for n, p in scaled.named_parameters() if n in core_names)
+
+
+def test_pruned_cores_are_followed_and_a_scale_of_one_adds_no_hooks():
+    model = tensorized()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = CoreStepScale(2.0)
+    scaler.attach(lambda: cores_of(model), [optimizer])
+    layer = tt_layers(model)[0][1]
+    with torch.no_grad():
+        layer.gates[0][:2] = 0.0
+    model(torch.randn(2, 64))  # latches the dead gates
+    prune_(model, [optimizer])
+    before = [c.detach().clone() for c in cores_of(model)]
+    one_step(model, optimizer)
+    grads_step = [-0.1 * c.grad for c in cores_of(model)]
+    for core, old, step in zip(cores_of(model), before, grads_step):
+        torch.testing.assert_close(core.detach() - old, 2.0 * step, rtol=1e-4, atol=1e-6)
+    scaler.detach()
+    assert not optimizer._optimizer_step_pre_hooks and not optimizer._optimizer_step_post_hooks
+    CoreStepScale(1.0).attach(lambda: cores_of(model), [optimizer])
+    assert not optimizer._optimizer_step_pre_hooks and not optimizer._optimizer_step_post_hooks
+
+
+@pytest.mark.parametrize("scale", [0.0, -1.0, float("nan")])
+def test_a_scale_that_is_not_positive_is_refused(scale):
+    with pytest.raises(ValueError, match="core_step_scale"):
+        ComeraCallback(core_step_scale=scale)
+
+
+def test_the_callback_scales_the_core_steps_of_the_module_optimizer(tmp_path):
+    """Same data, same seed: the cores' first step under the callback is ``core_step_scale`` times the plain one."""
+    steps = {}
+    for scale in (1.0, 4.0):
+        torch.manual_seed(0)
+        model = PlainClassifier()
+        comera = ComeraCallback(max_rank=8, early_epochs=1, core_step_scale=scale)
+        trainer = L.Trainer(max_steps=1, callbacks=[comera], logger=False, enable_checkpointing=False,
+                            enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path)
+        first = {}
+
+        class Remember(L.Callback):
+            def on_train_start(self, trainer, pl_module):
+                first.update({n: p.detach().clone() for n, p in pl_module.named_parameters() if ".cores." in n})
+
+        trainer.callbacks.append(Remember())
+        trainer.fit(model, *loaders())
+        steps[scale] = {n: p.detach() - first[n] for n, p in model.named_parameters() if n in first}
+    assert steps[1.0]
+    for name, step in steps[1.0].items():
+        torch.testing.assert_close(steps[4.0][name], 4.0 * step, rtol=1e-3, atol=1e-7)
