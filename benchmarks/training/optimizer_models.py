@@ -10,7 +10,8 @@ from torch import nn
 from comera_lightning.optim import CAME
 
 #: The paper's layout (six-core trains, attention included), not the package's defaults: docs/METHOD.md §1.1.
-PAPER_LAYOUT = {"max_rank": 30, "num_cores": 3, "include_attention": True, "include_embeddings": True, "min_compression": 2.0}
+PAPER_LAYOUT = {"max_rank": 30, "num_cores": 3, "embedding_num_cores": 4, "include_attention": True, "include_embeddings": True,
+                "min_compression": 2.0}
 
 
 class EncoderBlock(nn.Module):

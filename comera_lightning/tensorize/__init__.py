@@ -277,7 +277,7 @@ def _default_exclusion(name: str, module: nn.Module, config: TensorizeConfig, sc
     if not config.include_attention and scan.in_attention(name):
         return "attention projection: dense unless include_attention=True (or named in target_modules)"
     if not config.include_embeddings and isinstance(module, nn.Embedding):
-        return "embedding table: dense unless include_embeddings=True (or named in target_modules)"
+        return "embedding table: dense because include_embeddings=False (or name it in target_modules)"
     return None
 
 

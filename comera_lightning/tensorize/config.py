@@ -35,17 +35,21 @@ class TensorizeConfig:
         max_rank: the largest bond rank of linear layers (an int, or one per bond); None: ``rank_fraction``
             of each layer's smaller side.
         rank_fraction: a linear layer's largest rank as a fraction of its smaller side, when ``max_rank`` is None.
-        embedding_max_rank: the largest bond rank of embeddings (default: ``max_rank``, else 30).
+        embedding_max_rank: the largest bond rank of embeddings (default: ``max_rank``; else ``embedding_rank_fraction``
+            of an ``nn.Embedding``'s dim, and 30 for TorchRec tables).
+        embedding_rank_fraction: an ``nn.Embedding``'s largest rank as a fraction of its embedding dim, when neither
+            ``embedding_max_rank`` nor ``max_rank`` is set.
         num_cores: cores per side of a linear layer (or ``[input cores, output cores]``); 1: a gated
             low-rank product, 3: the paper's six-core trains (docs/METHOD.md §1.1).
-        embedding_num_cores: cores of an embedding table.
+        embedding_num_cores: cores of an embedding table; None: 2 for an ``nn.Embedding`` (a two-core TT-matrix),
+            4 for TorchRec tables.
         init: ``"random"`` (variance of the layer replaced), ``"paper"`` (docs/METHOD.md §1.1) or
             ``"svd"`` (TT-SVD of the current weights, for pretrained models).
         layer_config: per-layer overrides, ``{rule: {option: value}}``; a rule is a name, a dotted
             suffix, or ``"re:<regex>"``.
-        include_embeddings: with ``target_modules`` None, tensorize ``nn.Embedding`` tables too (they stay
-            dense by default: a lookup costs no compute, and a TT token table cost a language model 4 % of
-            its loss in docs/TUNING.md's race; TorchRec collections are tensorized either way).
+        include_embeddings: with ``target_modules`` None, tensorize ``nn.Embedding`` tables too (the default:
+            on docs/TUNING.md's race a two-core TT token table at half the dim lowered a Llama's loss while
+            removing most of its parameters; TorchRec collections are tensorized either way).
         include_attention: with ``target_modules`` None, tensorize attention projections too (they stay
             dense by default: compressing them costs language models the most quality, docs/TUNING.md).
         min_compression: layers that would compress less than this stay dense.
@@ -57,11 +61,12 @@ class TensorizeConfig:
     max_rank: Union[int, list[int], None] = None
     rank_fraction: float = 0.25
     embedding_max_rank: Union[int, list[int], None] = None
+    embedding_rank_fraction: float = 0.5
     num_cores: Union[int, list[int]] = 1
-    embedding_num_cores: int = 4
+    embedding_num_cores: Union[int, None] = None
     init: str = "random"
     layer_config: Union[dict[str, dict[str, Any]], None] = None
-    include_embeddings: bool = False
+    include_embeddings: bool = True
     include_attention: bool = False
     min_compression: float = 1.5
     gate_threshold: float = 1e-2
@@ -75,7 +80,9 @@ class TensorizeConfig:
         if self.embedding_max_rank is not None:
             _check_ranks("embedding_max_rank", self.embedding_max_rank)
         _check_ranks("num_cores", self.num_cores)
-        _check_ranks("embedding_num_cores", self.embedding_num_cores)
+        check_number("embedding_rank_fraction", self.embedding_rank_fraction, 0.0, 1.0, low_open=True)
+        if self.embedding_num_cores is not None:
+            _check_ranks("embedding_num_cores", self.embedding_num_cores)
         if self.init not in INIT_CHOICES:
             raise ValueError(f"init={self.init!r} is not supported; choose one of {INIT_CHOICES}.")
         for name in ("include_embeddings", "include_attention"):

@@ -17,7 +17,7 @@ from comera_lightning.tensorize.config import DEFAULT_EMBEDDING_RANK, TensorizeC
 from comera_lightning.tensorize.registry import Converter, register_converter, register_integration
 
 __all__ = [
-    "EBC_OPTIONS", "EMBEDDING_OPTIONS", "LINEAR_OPTIONS", "build_linear_like", "embedding_defaults", "linear_defaults",
+    "EBC_OPTIONS", "EMBEDDING_OPTIONS", "LINEAR_OPTIONS", "bag_defaults", "build_linear_like", "embedding_defaults", "linear_defaults",
     "no_converter_reason", "weight_std",
 ]
 
@@ -28,10 +28,23 @@ def linear_defaults(config: TensorizeConfig) -> dict[str, Any]:
             "init": config.init, "gate_threshold": config.gate_threshold}
 
 
+#: Cores of a table when ``embedding_num_cores`` is None: a token table as a two-core TT-matrix (chosen on the
+#: quality race, docs/TUNING.md), a TorchRec table as four (TT-Rec's layout; its rows are millions).
+TOKEN_TABLE_CORES, BAG_TABLE_CORES = 2, 4
+
+
 def embedding_defaults(config: TensorizeConfig) -> dict[str, Any]:
-    """Options of embedding-like layers taken from the config."""
+    """Options of ``nn.Embedding`` tables (``max_rank`` None: ``embedding_rank_fraction`` of the embedding dim)."""
+    max_rank = config.embedding_max_rank if config.embedding_max_rank is not None else config.max_rank
+    return {"max_rank": max_rank, "rank_fraction": config.embedding_rank_fraction,
+            "num_cores": config.embedding_num_cores or TOKEN_TABLE_CORES, "init": config.init, "gate_threshold": config.gate_threshold}
+
+
+def bag_defaults(config: TensorizeConfig) -> dict[str, Any]:
+    """Options of TorchRec embedding-bag tables taken from the config."""
     max_rank = next(r for r in (config.embedding_max_rank, config.max_rank, DEFAULT_EMBEDDING_RANK) if r is not None)
-    return {"max_rank": max_rank, "num_cores": config.embedding_num_cores, "init": config.init, "gate_threshold": config.gate_threshold}
+    return {"max_rank": max_rank, "num_cores": config.embedding_num_cores or BAG_TABLE_CORES, "init": config.init,
+            "gate_threshold": config.gate_threshold}
 
 
 def weight_std(weight: torch.Tensor) -> float | None:
@@ -112,7 +125,7 @@ def no_converter_reason(module: nn.Module, shape: str) -> str:
 
 
 LINEAR_OPTIONS = frozenset({"max_rank", "rank_fraction", "num_cores", "in_modes", "out_modes", "init", "gate_threshold"})
-EMBEDDING_OPTIONS = frozenset({"max_rank", "num_cores", "row_modes", "col_modes", "init", "gate_threshold", "deduplicate", "cache_rows", "lookup"})
+EMBEDDING_OPTIONS = frozenset({"max_rank", "rank_fraction", "num_cores", "row_modes", "col_modes", "init", "gate_threshold", "deduplicate", "cache_rows", "lookup"})
 EBC_OPTIONS = frozenset({"max_rank", "num_cores", "init", "gate_threshold", "deduplicate", "min_rows", "cache_rows", "lookup"})
 
 register_converter(nn.Linear, Converter("linear", _build_linear, LINEAR_OPTIONS, linear_defaults, _linear_unsupported))

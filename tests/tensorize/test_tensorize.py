@@ -28,9 +28,9 @@ class Tiny(nn.Module):
 
 
 def test_default_rules_swap_big_layers_and_leave_head_and_small_ones():
-    assert "include_embeddings" in dict(tensorize(Tiny(), max_rank=8).skipped)["embed"], "tables stay dense by default"
+    assert "include_embeddings" in dict(tensorize(Tiny(), max_rank=8, include_embeddings=False).skipped)["embed"]
     model = Tiny()
-    report = tensorize(model, max_rank=8, include_embeddings=True)
+    report = tensorize(model, max_rank=8)
     assert isinstance(model.embed, TTEmbedding) and model.embed.padding_idx == 0
     assert isinstance(model.blocks[0].query, TTLinear) and isinstance(model.blocks[1].ffn, TTLinear)
     assert isinstance(model.classifier, nn.Linear) and isinstance(model.small, nn.Linear)
@@ -40,6 +40,20 @@ def test_default_rules_swap_big_layers_and_leave_head_and_small_ones():
     assert report.layer_compression > 2 and report.model_compression > 2
     assert "blocks.0.query" in str(report)
     model(torch.randint(0, 1000, (2, 5))).sum().backward()
+
+
+def test_a_token_table_becomes_a_two_core_train_at_half_its_dim_unless_told_otherwise():
+    model = Tiny()
+    tensorize(model)
+    assert len(model.embed.cores) == 2 and max(model.embed.physical_ranks) == 32, "2 cores, rank 64 / 2"
+    model = Tiny()
+    tensorize(model, embedding_rank_fraction=0.25, embedding_num_cores=3)
+    assert len(model.embed.cores) == 3 and max(model.embed.physical_ranks) == 16
+    model = Tiny()
+    tensorize(model, max_rank=8)  # max_rank caps tables too, as it always did
+    assert max(model.embed.physical_ranks) == 8
+    with pytest.raises(ValueError, match="embedding_rank_fraction"):
+        tensorize(Tiny(), embedding_rank_fraction=1.5)
 
 
 def test_name_list_matches_suffixes_and_regex_matches_whole_names():
@@ -69,8 +83,8 @@ def test_per_layer_overrides():
 
 def test_idempotent_and_to_dense_roundtrip_preserves_function():
     model = Tiny().double()
-    tensorize(model, max_rank=8, include_embeddings=True)
-    second = tensorize(model, max_rank=8, include_embeddings=True)
+    tensorize(model, max_rank=8)
+    second = tensorize(model, max_rank=8)
     assert not second.swapped and second.already_tensorized
     ids = torch.randint(0, 1000, (3, 7))
     expected = model(ids)

@@ -10,7 +10,7 @@ from typing import Any
 from torch import nn
 
 from comera_lightning.layers.tt_embedding_bag import EmbeddingBagCollection, TTEmbeddingBagCollection
-from comera_lightning.tensorize.converters import EBC_OPTIONS, embedding_defaults
+from comera_lightning.tensorize.converters import EBC_OPTIONS, bag_defaults
 from comera_lightning.tensorize.registry import Converter, register_converter
 
 
@@ -18,4 +18,4 @@ def _build_ebc(module: nn.Module, options: dict[str, Any]) -> TTEmbeddingBagColl
     return TTEmbeddingBagCollection.from_ebc(module, **options)
 
 
-register_converter(EmbeddingBagCollection, Converter("ebc", _build_ebc, EBC_OPTIONS, embedding_defaults))
+register_converter(EmbeddingBagCollection, Converter("ebc", _build_ebc, EBC_OPTIONS, bag_defaults))
