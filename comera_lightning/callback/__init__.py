@@ -22,7 +22,7 @@ from typing_extensions import override
 from comera_lightning.callback.events import StageEvents
 from comera_lightning.callback.hooks import non_finite_error, replace_loss, unwrap_methods, when_built, wrap_method
 from comera_lightning.callback.metrics import compression_metrics
-from comera_lightning.callback.trainer import capturing, check_supported, logs_this_step, use_atomic_checkpoints
+from comera_lightning.callback.trainer import capturing, check_supported, core_steps_scalable, logs_this_step, use_atomic_checkpoints
 from comera_lightning.checkpoint import install_checkpoint_loading
 from comera_lightning.checkpoint.resume import ResumeState, capture_rng_state, missed_epoch_end, run_missed_validation
 from comera_lightning.checkpoint.settings import callback_settings, warn_changed_settings
@@ -129,27 +129,20 @@ class ComeraCallback(Callback):
         self._trainer = trainer
         check_supported(trainer, pl_module, self.allow_manual_optimization)
         use_atomic_checkpoints(trainer)
-        when_built(pl_module, lambda: self._tensorize(pl_module))
+        when_built(pl_module, lambda: _tensorize_module(pl_module, self.tensorize_config, self.stage_objective))
         if stage == "fit":
             self._validated = False
             self.events.announce(trainer.max_epochs)
             if pl_module.automatic_optimization:
                 wrap_method(pl_module, "training_step", lambda output: replace_loss(output, self.objective))
 
-    def _tensorize(self, pl_module: pl.LightningModule) -> None:
-        report = tensorize(pl_module, self.tensorize_config)
-        if report.swapped:
-            rank_zero_info(str(report))
-        self.stage_objective.bind([m for _, m in tt_layers(pl_module)])
-        install_checkpoint_loading(type(pl_module))
-
     @override
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        """The optimizers exist now: take the gates over (before Lightning restores the optimizers' state)."""
-        self.gate_optimizer.attach([g for _, layer in tt_layers(pl_module) for g in layer.gates], trainer.optimizers)
-        self.gate_optimizer.follow_scaler(getattr(trainer.precision_plugin, "scaler", None))
+        """The optimizers exist now: take the gates over, scale the cores' steps (before Lightning restores the optimizers' state)."""
         layers = [layer for _, layer in tt_layers(pl_module)]
-        self.core_steps.attach(lambda: [core for layer in layers for core in layer.cores], trainer.optimizers)
+        self.gate_optimizer.attach([g for layer in layers for g in layer.gates], trainer.optimizers)
+        self.gate_optimizer.follow_scaler(getattr(trainer.precision_plugin, "scaler", None))
+        self.core_steps.attach(layers if core_steps_scalable(trainer, self.core_steps.scale) else [], trainer.optimizers)
 
     @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -246,6 +239,15 @@ class ComeraCallback(Callback):
 
 # ---------------------------------------------------------------------- helpers
 _STATE_KEYS = ("schedule", "objective", "gates", "loss_target", "rng", "settings")
+
+
+def _tensorize_module(pl_module: pl.LightningModule, config: TensorizeConfig, objective: ComeraObjective) -> None:
+    """Swap the module's layers for tensor trains, say what changed, bind the objective to them, load checkpoints into them."""
+    report = tensorize(pl_module, config)
+    if report.swapped:
+        rank_zero_info(str(report))
+    objective.bind([m for _, m in tt_layers(pl_module)])
+    install_checkpoint_loading(type(pl_module))
 
 
 def _tensorize_config(config: TensorizeConfig | Mapping[str, Any] | None, shortcuts: dict[str, Any]) -> TensorizeConfig:

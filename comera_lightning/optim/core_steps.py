@@ -10,14 +10,15 @@ cores' steps gives them the step a dense weight would have, and leaves every oth
 optimizer, its param groups and its LR schedule as the user made them.
 
 How: a pre-step hook copies the cores, a post-step hook adds ``(scale - 1)`` times the step the
-optimizer made; an optimizer step that did not run (a skipped AMP step) changes nothing. Works
-with any ``torch.optim.Optimizer``; the copies cost one more set of core-sized tensors at step time.
+optimizer made; an optimizer step that did not run (a skipped AMP step) changes nothing. Only
+Adam-like optimizers (``normalises_steps``) are followed; the copies cost one more set of
+core-sized tensors at step time.
 Plain torch.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -25,30 +26,44 @@ from torch import nn
 
 from comera_lightning._checks import check_number
 
-__all__ = ["DEFAULT_CORE_STEP_SCALE", "CoreStepScale"]
+__all__ = ["DEFAULT_CORE_STEP_SCALE", "CoreStepScale", "normalises_steps"]
 
 #: Chosen on the quality race (docs/TUNING.md, "Core step scale"): 1 → 6.137, 2 → 6.061, 4 → 6.036, 8 → 6.078 on Llama 128×2.
 DEFAULT_CORE_STEP_SCALE = 4.0
 
 
+#: Optimizers that move each entry by about ``lr`` whatever its gradient's size: the case the scale corrects.
+PER_ENTRY_STEPS = (torch.optim.Adam, torch.optim.AdamW, torch.optim.NAdam, torch.optim.RAdam, torch.optim.Adamax,
+                   torch.optim.Adagrad, torch.optim.RMSprop)
+
+
+def normalises_steps(optimizer: torch.optim.Optimizer) -> bool:
+    """True for Adam-like optimizers (those above, and any with ``betas``, e.g. CAME); False for SGD and the rest.
+
+    Under SGD a core's gradient already carries the other cores' size, so its step needs no stretching (a
+    stretched SGD step diverged in tests/callback/test_drop_in.py).
+    """
+    return isinstance(optimizer, PER_ENTRY_STEPS) or "betas" in optimizer.defaults
+
+
 class CoreStepScale:
-    """Multiply the step every optimizer makes on the TT cores by ``scale`` (1: leave steps alone)."""
+    """Multiply the step every Adam-like optimizer makes on the TT cores by ``scale`` (1: leave steps alone)."""
 
     def __init__(self, scale: float = DEFAULT_CORE_STEP_SCALE) -> None:
         check_number("core_step_scale", scale, 0.0, low_open=True)
         self.scale = float(scale)
-        self._cores: Callable[[], list[nn.Parameter]] | None = None
+        self._layers: list[nn.Module] = []
         self._hooks: list[Any] = []
         self._before: list[torch.Tensor] = []
         self._moving: list[nn.Parameter] = []
 
-    def attach(self, cores: Callable[[], list[nn.Parameter]], optimizers: Sequence[torch.optim.Optimizer]) -> None:
-        """Scale the core steps of each of ``optimizers``; ``cores()`` gives the cores now (pruning replaces them)."""
+    def attach(self, layers: Sequence[nn.Module], optimizers: Sequence[torch.optim.Optimizer]) -> None:
+        """Scale the steps each of ``optimizers`` makes on the ``cores`` of these TT ``layers`` (read at every step: pruning replaces them)."""
         self.detach()
         if self.scale == 1.0:
             return
-        self._cores = cores
-        for optimizer in optimizers:
+        self._layers = list(layers)
+        for optimizer in [o for o in optimizers if normalises_steps(o)]:
             self._hooks.append(optimizer.register_step_pre_hook(self._remember))
             self._hooks.append(optimizer.register_step_post_hook(self._stretch))
 
@@ -56,12 +71,13 @@ class CoreStepScale:
         """Stop scaling steps."""
         for hook in self._hooks:
             hook.remove()
-        self._hooks, self._before, self._moving, self._cores = [], [], [], None
+        self._hooks, self._before, self._moving, self._layers = [], [], [], []
 
     @torch.no_grad()
     def _remember(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         held = {id(p) for group in optimizer.param_groups for p in group["params"]}
-        self._moving = [p for p in self._cores() if id(p) in held]  # no gradient yet when step() runs a closure
+        cores = [core for layer in self._layers for core in layer.cores]
+        self._moving = [p for p in cores if id(p) in held]  # no gradient yet when step() runs a closure
         self._before = [p.detach().clone() for p in self._moving]
 
     @torch.no_grad()
