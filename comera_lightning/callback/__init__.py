@@ -51,7 +51,7 @@ class ComeraCallback(Callback):
         rank_weight: γ, the weight of the size surrogate R in the early stage's objective L + γR.
         gate_threshold: a rank gate at or below this is dead and pruned; None: the tensorize config's (0.01 by default).
         gate_lr: learning rate of the gates' own Adam (no weight decay), stepped after the optimizer that held them.
-        core_step_scale: each TT core moves this many times as far per step as the module's optimizer moved it (1: as far), so a product of cores learns at a dense weight's pace (docs/METHOD.md §2.2).
+        core_step_scale: under an Adam-like optimizer each TT core moves this many times as far per step as the optimizer moved it (1: as far; SGD steps stay), so a product of cores learns at a dense weight's pace (docs/METHOD.md §2.2).
         tensorize: which layers become tensor trains and how (the CLI's comera.tensorize section); None: the defaults.
         early_steps: optimizer steps of the early stage, instead of early_epochs.
         late_epochs: epochs of the late stage, then the task loss alone; None (and no late_steps): until training ends.

@@ -180,3 +180,11 @@ def test_5_a_prune_that_removes_nothing_keeps_the_graphs(graphs):
     assert strategy.graph_cache.captures == 2
     reference, _ = run(eager(), callbacks=[comera(gate_lr=1e-9, early_steps=4, prune_every_n_steps=3)], max_steps=24)
     assert_same_weights(model, reference)
+
+
+def test_6_the_core_step_scale_is_not_applied_to_captured_steps_and_says_so(graphs):
+    """Captured: the cores take the optimizer's own steps (warned), so the run equals one with core_step_scale=1."""
+    with pytest.warns(UserWarning, match="core_step_scale=4.0 is not applied under CUDAGraphStrategy"):
+        scaled, _ = run(graphed(), callbacks=[comera(core_step_scale=4.0, early_steps=4)], max_steps=6)
+    plain, _ = run(graphed(), callbacks=[comera(core_step_scale=1.0, early_steps=4)], max_steps=6)
+    assert_same_weights(scaled, plain)
