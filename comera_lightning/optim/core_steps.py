@@ -55,12 +55,12 @@ class CoreStepScale:
         self._layers: list[nn.Module] = []
         self._hooks: list[Any] = []
         self._before: list[torch.Tensor] = []
-        self._moving: list[nn.Parameter] = []
+        self._moving: list[torch.Tensor] = []
 
     def attach(self, layers: Sequence[nn.Module], optimizers: Sequence[torch.optim.Optimizer]) -> None:
         """Scale the steps each of ``optimizers`` makes on the ``cores`` of these TT ``layers`` (read at every step: pruning replaces them)."""
         self.detach()
-        if self.scale == 1.0:
+        if self.scale == 1.0 or not layers:
             return
         self._layers = list(layers)
         for optimizer in [o for o in optimizers if normalises_steps(o)]:
@@ -75,15 +75,14 @@ class CoreStepScale:
 
     @torch.no_grad()
     def _remember(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        held = {id(p) for group in optimizer.param_groups for p in group["params"]}
-        cores = [core for layer in self._layers for core in layer.cores]
-        self._moving = [p for p in cores if id(p) in held]  # no gradient yet when step() runs a closure
-        self._before = [p.detach().clone() for p in self._moving]
+        # Every core, held by this optimizer or not: one it does not step has a zero step, which stays zero.
+        self._moving = [core.detach() for layer in self._layers for core in layer.cores]
+        self._before = [core.clone() for core in self._moving]
 
     @torch.no_grad()
     def _stretch(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         if not self._moving:
             return
-        steps = torch._foreach_sub([p.detach() for p in self._moving], self._before)
-        torch._foreach_add_([p.detach() for p in self._moving], steps, alpha=self.scale - 1.0)
+        torch._foreach_sub_(self._before, self._moving)  # minus the step taken, in the copies' memory
+        torch._foreach_add_(self._moving, self._before, alpha=1.0 - self.scale)
         self._before, self._moving = [], []

@@ -33,18 +33,21 @@ def linear_defaults(config: TensorizeConfig) -> dict[str, Any]:
 TOKEN_TABLE_CORES, BAG_TABLE_CORES = 2, 4
 
 
+def _table_defaults(config: TensorizeConfig, cores: int, fallback_rank: int | None) -> dict[str, Any]:
+    """A table's options: rank ``embedding_max_rank``, else ``max_rank``, else ``fallback_rank``; ``cores`` unless set."""
+    max_rank = next((r for r in (config.embedding_max_rank, config.max_rank, fallback_rank) if r is not None), None)
+    return {"max_rank": max_rank, "num_cores": config.embedding_num_cores or cores, "init": config.init,
+            "gate_threshold": config.gate_threshold}
+
+
 def embedding_defaults(config: TensorizeConfig) -> dict[str, Any]:
     """Options of ``nn.Embedding`` tables (``max_rank`` None: ``embedding_rank_fraction`` of the embedding dim)."""
-    max_rank = config.embedding_max_rank if config.embedding_max_rank is not None else config.max_rank
-    return {"max_rank": max_rank, "rank_fraction": config.embedding_rank_fraction,
-            "num_cores": config.embedding_num_cores or TOKEN_TABLE_CORES, "init": config.init, "gate_threshold": config.gate_threshold}
+    return {**_table_defaults(config, TOKEN_TABLE_CORES, None), "rank_fraction": config.embedding_rank_fraction}
 
 
 def bag_defaults(config: TensorizeConfig) -> dict[str, Any]:
     """Options of TorchRec embedding-bag tables taken from the config."""
-    max_rank = next(r for r in (config.embedding_max_rank, config.max_rank, DEFAULT_EMBEDDING_RANK) if r is not None)
-    return {"max_rank": max_rank, "num_cores": config.embedding_num_cores or BAG_TABLE_CORES, "init": config.init,
-            "gate_threshold": config.gate_threshold}
+    return _table_defaults(config, BAG_TABLE_CORES, DEFAULT_EMBEDDING_RANK)
 
 
 def weight_std(weight: torch.Tensor) -> float | None:
