@@ -22,7 +22,7 @@ from typing_extensions import override
 from comera_lightning.callback.events import StageEvents
 from comera_lightning.callback.hooks import non_finite_error, replace_loss, unwrap_methods, when_built, wrap_method
 from comera_lightning.callback.metrics import compression_metrics
-from comera_lightning.callback.trainer import capturing, check_supported, core_steps_scalable, logs_this_step, use_atomic_checkpoints
+from comera_lightning.callback.trainer import capturing, check_supported, logs_this_step, use_atomic_checkpoints
 from comera_lightning.checkpoint import install_checkpoint_loading
 from comera_lightning.checkpoint.resume import ResumeState, capture_rng_state, missed_epoch_end, run_missed_validation
 from comera_lightning.checkpoint.settings import callback_settings, warn_changed_settings
@@ -142,7 +142,7 @@ class ComeraCallback(Callback):
         layers = [layer for _, layer in tt_layers(pl_module)]
         self.gate_optimizer.attach([g for layer in layers for g in layer.gates], trainer.optimizers)
         self.gate_optimizer.follow_scaler(getattr(trainer.precision_plugin, "scaler", None))
-        self.core_steps.attach(layers if core_steps_scalable(trainer, self.core_steps.scale) else [], trainer.optimizers)
+        self.core_steps.attach(layers, trainer.optimizers)
 
     @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import lightning.pytorch as pl
 import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
-from lightning.pytorch.utilities import rank_zero_warn
 
 from comera_lightning.checkpoint.io import AtomicCheckpointIO
 
@@ -69,13 +68,3 @@ def logs_this_step(trainer: pl.Trainer) -> bool:
     accumulation follows). A Lightning without it: every step.
     """
     return getattr(getattr(trainer, "_logger_connector", None), "should_update_logs", True)
-
-
-def core_steps_scalable(trainer: pl.Trainer, scale: float) -> bool:
-    """False, with a warning, where a step is captured in a CUDA graph: the step scale is not verified inside one."""
-    capture_refusal = getattr(trainer.strategy, "capture_refusal", None)  # CUDAGraphStrategy's: None when it will capture
-    if scale == 1.0 or capture_refusal is None or capture_refusal(trainer) is not None:
-        return True
-    rank_zero_warn(f"ComeraCallback: core_step_scale={scale} is not applied under {type(trainer.strategy).__name__}, whose "
-                   "captured steps it is not verified in; the cores take the optimizer's own steps. Set core_step_scale=1 to silence this.")
-    return False

@@ -21,7 +21,8 @@ from comera_lightning.strategy.graph_cache import CAPTURE, EAGER, REPLAY, WARMUP
 
 __all__ = [
     "CAPTURE", "EAGER", "REPLAY", "WARMUP", "DeferredCall", "GraphCache", "StepGraph", "UncapturableBatch",
-    "batch_key", "check_bucket_options", "deferring", "make_capturable_", "pad_to_bucket", "skip_argument_checks",
+    "batch_key", "check_bucket_options", "deferring", "end_failed_capture_rng", "make_capturable_", "pad_to_bucket",
+    "skip_argument_checks",
 ]
 
 _MISSING = object()
@@ -160,6 +161,21 @@ class DeferredCall(NamedTuple):
             self.fn(*self.args, **self.kwargs)
         finally:
             owner._current_fx_name = current
+
+
+def end_failed_capture_rng(device: torch.device) -> None:
+    """Take the device's default generator out of capture mode after a capture that failed.
+
+    A capture that CUDA invalidated (a host sync inside it, say) ends without the generator's epilogue, and
+    the next random op outside a graph (dropout in the eager steps that follow) raises "Offset increment
+    outside graph capture encountered unexpectedly" (seen on an H200). An empty capture runs the prologue
+    and epilogue again; the generator's seed and offset are those from before the failed capture.
+    """
+    if device.type != "cuda":
+        return
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        torch.empty(1, device=device).zero_()  # one kernel: an empty graph draws a warning
 
 
 @contextmanager

@@ -34,6 +34,7 @@ from comera_lightning.strategy.capture import (
     batch_key,
     check_bucket_options,
     deferring,
+    end_failed_capture_rng,
     pad_to_bucket,
     skip_argument_checks,
 )
@@ -314,6 +315,7 @@ class CUDAGraphStrategy(SingleDeviceStrategy):
             entry.deferred = calls
         except Exception as err:  # any failure (an OOM included): say why, free every graph, stay eager
             torch.cuda.set_stream(stream)
+            end_failed_capture_rng(self.root_device)
             optimizer.zero_grad(set_to_none=True)
             self._turn_off(f"capturing the training step failed ({type(err).__name__}: {err})")
             return None

@@ -67,8 +67,9 @@ class _Recorder(TorchDispatchMode):
         return out
 
     def restore(self) -> None:
+        # Newest first: a view written later (``p.detach()``) saved a later state of memory saved before through ``p``.
         with torch.no_grad():
-            for t, before in self.saved.values():
+            for t, before in reversed(list(self.saved.values())):
                 t.copy_(before)
 
 

@@ -232,10 +232,10 @@ def test_gpu_buckets_capture_one_graph_each_and_logs_follow_every_replay(tmp_pat
 
 
 class SyncingClassifier(PlainClassifier):
-    """Reads the loss on the host inside the step: cannot be captured."""
+    """Draws random numbers (as dropout does), then reads the loss on the host inside the step: cannot be captured."""
 
     def training_step(self, batch, batch_idx):
-        loss = super().training_step(batch, batch_idx)
+        loss = super().training_step(batch, batch_idx) + 0.0 * torch.rand((), device=self.device)
         if loss.item() > 1e9:
             raise AssertionError("unreachable")
         return loss
@@ -248,3 +248,16 @@ def test_gpu_a_step_that_cannot_be_captured_runs_eagerly_with_a_warning(tmp_path
         model, cb, _ = fit(tmp_path, strategy, model=SyncingClassifier(), accelerator="cuda", max_epochs=3)
     assert strategy.refusal.startswith("capturing the training step failed") and strategy.graph_cache.captures == 0
     assert cb.prune_events >= 1 and all(torch.isfinite(p).all() for p in model.parameters())
+
+
+@pytest.mark.gpu
+def test_gpu_a_failed_capture_leaves_the_random_numbers_as_they_were():
+    torch.cuda.manual_seed(0)
+    expected = torch.rand(4, device="cuda")
+    torch.cuda.manual_seed(0)
+    with pytest.raises(Exception):
+        with torch.cuda.graph(torch.cuda.CUDAGraph()):
+            torch.rand(4, device="cuda")
+            torch.ones(1, device="cuda").item()  # a host sync invalidates the capture
+    capture.end_failed_capture_rng(torch.device("cuda"))
+    torch.testing.assert_close(torch.rand(4, device="cuda"), expected)

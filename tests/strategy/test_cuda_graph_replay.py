@@ -182,9 +182,11 @@ def test_5_a_prune_that_removes_nothing_keeps_the_graphs(graphs):
     assert_same_weights(model, reference)
 
 
-def test_6_the_core_step_scale_is_not_applied_to_captured_steps_and_says_so(graphs):
-    """Captured: the cores take the optimizer's own steps (warned), so the run equals one with core_step_scale=1."""
-    with pytest.warns(UserWarning, match="core_step_scale=4.0 is not applied under CUDAGraphStrategy"):
-        scaled, _ = run(graphed(), callbacks=[comera(core_step_scale=4.0, early_steps=4)], max_steps=6)
-    plain, _ = run(graphed(), callbacks=[comera(core_step_scale=1.0, early_steps=4)], max_steps=6)
-    assert_same_weights(scaled, plain)
+def test_6_the_core_step_scale_applies_inside_captured_steps(graphs):
+    """Captured steps stretch the cores' steps as eager ones do (the hooks' copies and adds are replayed with the step)."""
+    scaled, trainer = run(graphed(), callbacks=[comera(core_step_scale=4.0, early_steps=4)], max_steps=6)
+    assert trainer.strategy.graph_cache.captures >= 1 and sum(g.replays for g in graphs.instances) >= 2
+    assert_same_weights(scaled, run(eager(), callbacks=[comera(core_step_scale=4.0, early_steps=4)], max_steps=6)[0])
+    plain, _ = run(eager(), callbacks=[comera(core_step_scale=1.0, early_steps=4)], max_steps=6)
+    with pytest.raises(AssertionError):
+        assert_same_weights(scaled, plain)
