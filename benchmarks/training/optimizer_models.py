@@ -11,7 +11,7 @@ from comera_lightning.optim import CAME
 
 #: The paper's layout (six-core trains, attention included), not the package's defaults: docs/METHOD.md §1.1.
 PAPER_LAYOUT = {"max_rank": 30, "num_cores": 3, "embedding_num_cores": 4, "include_attention": True, "include_embeddings": True,
-                "min_compression": 2.0}
+                "include_heads": False, "min_compression": 2.0}
 
 
 class EncoderBlock(nn.Module):

@@ -17,7 +17,7 @@ from torch import nn
 
 from comera_lightning.rank import tt_layers
 from comera_lightning.tensorize import tensorize
-from comera_lightning.tensorize.config import TensorizeConfig
+from comera_lightning.tensorize.config import RECORDS_BEFORE, TensorizeConfig
 
 __all__ = ["install_checkpoint_loading", "tensorized_checkpoints", "restore_tensorized"]
 
@@ -35,7 +35,7 @@ def restore_tensorized(module: nn.Module, checkpoint: dict[str, Any]) -> bool:
     config = checkpoint.get("comera", {}).get("tensorize")
     restored = bool(config) and not tt_layers(module)
     if restored:
-        tensorize(module, TensorizeConfig.from_dict(config).replace(init="random"))  # the values come from the checkpoint
+        tensorize(module, TensorizeConfig.from_record(config).replace(init="random"))  # the values come from the checkpoint
     _check_tensorized_layers({name for name, _ in tt_layers(module)}, checkpoint.get("state_dict", {}), config)
     return restored
 
@@ -53,7 +53,9 @@ def _check_tensorized_layers(in_model: set[str], state_dict: dict[str, Any], con
     raise ValueError(
         f"the checkpoint's tensorized layers differ from this model's: only in the checkpoint {sorted(in_checkpoint - in_model)}, "
         f"only in the model {sorted(in_model - in_checkpoint)}. The checkpoint was written with tensorize settings {config}; "
-        "use the same settings (the CLI's comera.tensorize section) to resume or load it."
+        "use the same settings (the CLI's comera.tensorize section) to resume or load it"
+        + "".join(f"; it predates {k!r}: give {k}={v!r}" for k, v in RECORDS_BEFORE.items() if config is not None and k not in config)
+        + "."
     )
 
 

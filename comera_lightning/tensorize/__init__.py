@@ -3,8 +3,9 @@
 Which layers: the rules of :class:`~comera_lightning.tensorize.config.TensorizeConfig`
 (``comera_lightning.tensorize.rules`` says how names match). By default every module whose type has
 a converter in ``comera_lightning.tensorize.registry`` is a candidate (``nn.Linear``, ``nn.Embedding``, and
-with torchrec in use ``EmbeddingBagCollection``), except output heads (``heads.py``: found by name,
-vocabulary, class count or structure), layers whose weight is tied to another module, frozen layers and
+with torchrec in use ``EmbeddingBagCollection``), except classifier heads (``heads.py`` finds heads by name,
+vocabulary, class count or structure; a head to a vocabulary is tensorized with ``include_heads``), attention
+projections (``include_attention``), layers whose weight is tied to another module, frozen layers and
 layers too small to gain. The returned report lists what was swapped,
 what was skipped and why.
 """
@@ -25,7 +26,7 @@ from comera_lightning.rank import compression_stats
 from comera_lightning.tensorize.attention import attention_blocks
 from comera_lightning.tensorize.config import DEFAULT_EMBEDDING_RANK, INIT_CHOICES, ModuleRules, TensorizeConfig
 from comera_lightning.tensorize.converters import no_converter_reason  # importing it registers the built-in converters
-from comera_lightning.tensorize.heads import output_heads
+from comera_lightning.tensorize.heads import output_heads, widens
 from comera_lightning.tensorize.registry import Converter, converter_for
 from comera_lightning.tensorize.rules import Rule, RuleMatchError, overrides_for, unmatched_error
 
@@ -179,7 +180,7 @@ def tensorizable_names(model: nn.Module) -> list[str]:
         converter = None if isinstance(module, TensorizedModule) else converter_for(module)
         if isinstance(module, TensorizedModule) or converter is not None:
             inside.append(name + ".")
-        if converter is not None and _skip_reason(name, module, converter, scan, True, no_rule) is None:
+        if converter is not None and _skip_reason(name, module, converter, scan, True, no_rule, include_heads=True) is None:
             names.append(name)
     return names
 
@@ -259,11 +260,11 @@ def _plan(
         if targets.given and not targets.matches(name):
             continue
         inside.append(name + ".")  # decided here, with its children (an EmbeddingBagCollection's tables)
-        reason = _skip_reason(name, module, converter, scan, targets.given, excludes)
+        reason = _skip_reason(name, module, converter, scan, targets.given, excludes, config.include_heads)
         if reason is None and not targets.given:
             reason = _default_exclusion(name, module, config, scan)
         if reason is None:
-            built = _build(name, module, converter, config)
+            built = _build(name, module, converter, config, scan.head_reason(name) is not None and widens(module))
             if built.compression_ratio() >= config.min_compression:
                 swaps.append((module, built, SwapRecord.of(name, module, built)))
                 continue
@@ -289,16 +290,18 @@ def _large_weight(module: nn.Module) -> str | None:
     return None
 
 
-def _skip_reason(name: str, module: nn.Module, converter: Converter, scan: _ModelScan, explicit: bool, excludes: Rule) -> str | None:
+def _skip_reason(name: str, module: nn.Module, converter: Converter, scan: _ModelScan, explicit: bool, excludes: Rule,
+                 include_heads: bool) -> str | None:
     if excludes.matches(name):
         return "excluded by exclude_modules"
     weight = getattr(module, "weight", None)
     if weight is not None and len(scan.tied.get(id(weight), [])) > 1:  # before the head rule: an LM head is often tied
         others = [n for n in scan.tied[id(weight)] if n != name]
         return f"weight is tied to {others}: both stay dense (tensorizing one side would untie them)"
-    head = None if explicit else scan.head_reason(name)
+    head = None if explicit or (include_heads and widens(module)) else scan.head_reason(name)
     if head is not None:
-        return f"output head ({head}); name it in target_modules to tensorize it"
+        why = "fewer outputs than inputs: a classifier stays dense" if include_heads else "include_heads=False"
+        return f"output head ({head}; {why}); name it in target_modules to tensorize it"
     if weight is None and not any(p.requires_grad for p in module.parameters()):
         return "frozen (no parameter requires grad)"
     if weight is not None and not weight.requires_grad:
@@ -306,14 +309,17 @@ def _skip_reason(name: str, module: nn.Module, converter: Converter, scan: _Mode
     return converter.unsupported(module)
 
 
-def _build(name: str, module: nn.Module, converter: Converter, config: TensorizeConfig) -> TensorizedModule:
+def _build(name: str, module: nn.Module, converter: Converter, config: TensorizeConfig, vocabulary_head: bool = False) -> TensorizedModule:
     overrides = overrides_for(name, config.layer_config or {})
     wrong = set(overrides) - converter.options
     if wrong:
         raise ValueError(
             f"layer_config keys {sorted(wrong)} do not apply to {name} ({type(module).__name__}); allowed: {sorted(converter.options)}."
         )
-    options = _resolve_rank({**converter.defaults(config), **overrides}, module)
+    defaults = converter.defaults(config)
+    if vocabulary_head:
+        defaults["rank_fraction"] = config.head_rank_fraction
+    options = _resolve_rank({**defaults, **overrides}, module)
     try:
         return converter.build(module, options)
     except ValueError as err:

@@ -15,12 +15,16 @@ from typing import Any, Union
 from comera_lightning._checks import check_number
 from comera_lightning.tensorize.registry import known_options
 
-__all__ = ["DEFAULT_EMBEDDING_RANK", "INIT_CHOICES", "ModuleRules", "TensorizeConfig"]
+__all__ = ["DEFAULT_EMBEDDING_RANK", "INIT_CHOICES", "RECORDS_BEFORE", "ModuleRules", "TensorizeConfig"]
 
 ModuleRules = Union[str, list[str], None]
 INIT_CHOICES = ("random", "paper", "svd")
 #: An embedding's largest rank when neither ``embedding_max_rank`` nor ``max_rank`` is set.
 DEFAULT_EMBEDDING_RANK = 30
+
+
+#: Options added after checkpoints were written, with the value that reproduces what older code did.
+RECORDS_BEFORE: dict[str, Any] = {"include_heads": False}
 
 
 @dataclass(frozen=True)
@@ -30,7 +34,7 @@ class TensorizeConfig:
     Args:
         target_modules: module names to tensorize (a list: a name or a dotted suffix of one, e.g.
             ``"query"``) or a regular expression matching whole names; ``None``: every supported
-            layer except output heads, tied, frozen and too-small ones.
+            layer except classifier heads, attention projections, tied, frozen and too-small ones.
         exclude_modules: the same kind of rule, for modules to leave dense.
         max_rank: the largest bond rank of linear layers (an int, or one per bond); None: ``rank_fraction``
             of each layer's smaller side.
@@ -39,6 +43,8 @@ class TensorizeConfig:
             of an ``nn.Embedding``'s dim, and 30 for TorchRec tables).
         embedding_rank_fraction: an ``nn.Embedding``'s largest rank as a fraction of its embedding dim, when neither
             ``embedding_max_rank`` nor ``max_rank`` is set.
+        head_rank_fraction: a vocabulary head's (``include_heads``) largest rank as a fraction of its width, when
+            ``max_rank`` is not set (3/8: chosen on the quality race, docs/TUNING.md "Output heads").
         num_cores: cores per side of a linear layer (or ``[input cores, output cores]``); 1: a gated
             low-rank product, 3: the paper's six-core trains (docs/METHOD.md §1.1).
         embedding_num_cores: cores of an embedding table; None: 2 for an ``nn.Embedding`` (a two-core TT-matrix),
@@ -52,6 +58,10 @@ class TensorizeConfig:
             removing most of its parameters; TorchRec collections are tensorized either way).
         include_attention: with ``target_modules`` None, tensorize attention projections too (they stay
             dense by default: compressing them costs language models the most quality, docs/TUNING.md).
+        include_heads: with ``target_modules`` None, tensorize output heads to a vocabulary (more outputs than
+            inputs, e.g. a language model's untied ``lm_head``) too, at ``head_rank_fraction`` (the default: such a
+            head is most of a small model's step; docs/TUNING.md "Output heads"). Classification heads (fewer outputs
+            than inputs) and tied heads stay dense either way.
         min_compression: layers that would compress less than this stay dense.
         gate_threshold: a rank gate at or below this is dead and pruned, in ``[0, 1)``.
     """
@@ -62,12 +72,14 @@ class TensorizeConfig:
     rank_fraction: float = 0.25
     embedding_max_rank: Union[int, list[int], None] = None
     embedding_rank_fraction: float = 0.5
+    head_rank_fraction: float = 0.375
     num_cores: Union[int, list[int]] = 1
     embedding_num_cores: Union[int, None] = None
     init: str = "random"
     layer_config: Union[dict[str, dict[str, Any]], None] = None
     include_embeddings: bool = True
     include_attention: bool = False
+    include_heads: bool = True
     min_compression: float = 1.5
     gate_threshold: float = 1e-2
 
@@ -81,11 +93,12 @@ class TensorizeConfig:
             _check_ranks("embedding_max_rank", self.embedding_max_rank)
         _check_ranks("num_cores", self.num_cores)
         check_number("embedding_rank_fraction", self.embedding_rank_fraction, 0.0, 1.0, low_open=True)
+        check_number("head_rank_fraction", self.head_rank_fraction, 0.0, 1.0, low_open=True)
         if self.embedding_num_cores is not None:
             _check_ranks("embedding_num_cores", self.embedding_num_cores)
         if self.init not in INIT_CHOICES:
             raise ValueError(f"init={self.init!r} is not supported; choose one of {INIT_CHOICES}.")
-        for name in ("include_embeddings", "include_attention"):
+        for name in ("include_embeddings", "include_attention", "include_heads"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be true or false, got {getattr(self, name)!r}.")
         check_number("min_compression", self.min_compression, 0.0)
@@ -105,8 +118,14 @@ class TensorizeConfig:
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> TensorizeConfig:
-        """Rebuild from ``to_dict()`` output (e.g. a checkpoint's record)."""
+        """Rebuild from ``to_dict()`` output or a user's mapping; options not given take today's defaults."""
         return cls().replace(**dict(values))
+
+    @classmethod
+    def from_record(cls, values: Mapping[str, Any]) -> TensorizeConfig:
+        """Rebuild a checkpoint's record: an option the record predates takes the value that gave the behaviour
+        of its time (``RECORDS_BEFORE``), so an older checkpoint loads as it was written."""
+        return cls.from_dict({**RECORDS_BEFORE, **dict(values)})
 
     @classmethod
     def option_names(cls) -> list[str]:

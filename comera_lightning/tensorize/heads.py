@@ -1,4 +1,4 @@
-"""Which linear layers of a model are its output heads (left dense unless named in ``target_modules``).
+"""Which linear layers of a model are its output heads (dense unless named in ``target_modules``, or ``include_heads`` and ``widens``).
 
 A head is found by what it is, never by where it was registered (litgpt registers ``lm_head`` before its
 blocks): a name like ``lm_head``/``classifier``; a map from the model's width back to an embedding's
@@ -14,7 +14,7 @@ from torch import nn
 
 from comera_lightning.tensorize.attention import attention_blocks
 
-__all__ = ["HEAD_NAMES", "output_heads", "repeated_blocks"]
+__all__ = ["HEAD_NAMES", "output_heads", "repeated_blocks", "widens"]
 
 HEAD_NAMES = frozenset({"classifier", "lm_head", "head", "output_layer", "score", "fc_out", "logits", "predictions", "out_head"})
 #: Attributes of a model (or of its ``config``) that give its class count.
@@ -40,6 +40,14 @@ def output_heads(model: nn.Module, linears: list[tuple[str, nn.Module]]) -> dict
         heads[ends[-1]] = ("the last nn.Linear outside the model's repeated blocks whose output no other linear layer takes "
                            "(no layer is named like a head or maps to a vocabulary or class count)")
     return heads
+
+
+def widens(module: nn.Module) -> bool:
+    """True for a linear map with more outputs than inputs (a vocabulary head; ``nn.Linear`` or Hugging Face ``Conv1D``)."""
+    inputs, outputs = getattr(module, "in_features", None), getattr(module, "out_features", None)
+    if inputs is None or outputs is None:
+        inputs, outputs = getattr(module, "nx", None), getattr(module, "nf", None)
+    return inputs is not None and outputs is not None and outputs > inputs
 
 
 def repeated_blocks(model: nn.Module) -> list[str]:

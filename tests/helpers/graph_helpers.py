@@ -36,7 +36,8 @@ class MemoryLogger(Logger):
 
 def comera(**kwargs: Any) -> ComeraCallback:
     # The paper's layout and late stage: what these graph tests were written for (six-core trains, every layer).
-    layout = TensorizeConfig(num_cores=3, embedding_num_cores=4, include_attention=True, include_embeddings=True, min_compression=2.0)
+    layout = TensorizeConfig(num_cores=3, embedding_num_cores=4, include_attention=True, include_embeddings=True, include_heads=False,
+                             min_compression=2.0)
     kwargs = {"max_rank": 8, "rank_weight": 0.5, "target_ratio": 0.3, "gate_lr": 3e-2, "late_objective": "paper", "core_step_scale": 1.0,
               "tensorize": layout, **kwargs}
     return ComeraCallback(**kwargs)

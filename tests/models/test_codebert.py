@@ -82,8 +82,10 @@ def test_untied_model_has_own_decoder_and_tensorizes_embedding() -> None:
     model = tiny_model(tie_word_embeddings=False)
     assert not model.word_embeddings_tied
     report = tensorize(model, max_rank=4, include_embeddings=True)  # untied: the table can be tensorized
-    assert "backbone.embeddings.word_embeddings" in {r.name for r in report.swapped}
-    assert isinstance(model.lm_head.decoder, nn.Linear)  # the head stays dense by default
+    assert {"backbone.embeddings.word_embeddings", "lm_head.decoder"} <= {r.name for r in report.swapped}  # a vocabulary head
+    kept = tiny_model(tie_word_embeddings=False)
+    tensorize(kept, max_rank=4, include_heads=False)
+    assert isinstance(kept.lm_head.decoder, nn.Linear)
 
 
 # --------------------------------------------------------------------------- loss and metrics

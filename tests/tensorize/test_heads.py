@@ -84,5 +84,7 @@ def test_litgpt_blocks_are_tensorized_and_lm_head_is_the_head():
     assert {f"transformer.h.{i}.attn.qkv" for i in range(2)} <= decided  # fused q/k/v: swapped, or skipped with the reason
     explicit = tensorize(litgpt.GPT(config), max_rank=4, min_compression=0.0, target_modules=["qkv"])
     assert [r.name for r in explicit.swapped] == [f"transformer.h.{i}.attn.qkv" for i in range(2)]  # one TT linear each
-    assert [name for name, reason in report.skipped if "output head" in reason] == ["lm_head"]
+    assert "lm_head" in swapped  # a head to the vocabulary: tensorized with the default include_heads=True
+    kept = tensorize(litgpt.GPT(config), max_rank=4, min_compression=0.0, include_heads=False)
+    assert [name for name, reason in kept.skipped if "output head" in reason] == ["lm_head"]
     assert model(torch.randint(0, 256, (2, 8))).shape == (2, 8, 256)

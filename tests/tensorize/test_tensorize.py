@@ -151,6 +151,55 @@ def test_a_module_of_an_unhandled_type_with_a_large_weight_is_listed_as_skipped(
     assert "Conv2d with a 64x16x3x3 weight has no TT converter" in dict(report.skipped)["0"]
 
 
+class SmallLM(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(1000, 64)
+        self.blocks = nn.ModuleList([Block(), Block()])
+        self.lm_head = nn.Linear(64, 1000)
+
+
+def test_a_vocabulary_head_is_tensorized_by_default_a_classifier_stays_dense():
+    model = SmallLM()
+    assert "lm_head" in {r.name for r in tensorize(model).swapped}
+    assert model.lm_head.physical_ranks == (24,)  # head_rank_fraction 3/8 of the width 64
+    wider = SmallLM()
+    tensorize(wider, head_rank_fraction=0.5)
+    assert wider.lm_head.physical_ranks == (32,) and wider.blocks[0].ffn.physical_ranks == (16,)  # other layers: rank_fraction
+    with pytest.raises(ValueError, match="head_rank_fraction"):
+        tensorize(SmallLM(), head_rank_fraction=0.0)
+    assert "include_heads=False" in dict(tensorize(SmallLM(), include_heads=False).skipped)["lm_head"]
+    assert "fewer outputs than inputs" in dict(tensorize(Tiny()).skipped)["classifier"]  # 64 -> 3 classes
+
+
+def test_a_checkpoint_record_older_than_include_heads_rebuilds_dense_heads():
+    from comera_lightning import TensorizeConfig
+
+    record = TensorizeConfig().to_dict()
+    del record["include_heads"]  # what checkpoints written before the option hold
+    assert TensorizeConfig.from_record(record).include_heads is False
+    assert TensorizeConfig.from_dict(record).include_heads is True  # a user's mapping takes today's default
+    assert TensorizeConfig.from_record({**record, "include_heads": True}).include_heads is True
+
+
+def test_an_older_checkpoint_loads_with_its_head_dense_and_todays_defaults_are_told_what_to_give():
+    from comera_lightning import TensorizeConfig
+    from comera_lightning.checkpoint import restore_tensorized
+
+    written = SmallLM()
+    tensorize(written, include_heads=False)  # what the code before the option did
+    record = TensorizeConfig().to_dict()
+    del record["include_heads"]
+    checkpoint = {"comera": {"tensorize": record}, "state_dict": written.state_dict()}
+    loaded = SmallLM()
+    assert restore_tensorized(loaded, checkpoint) and isinstance(loaded.lm_head, nn.Linear)
+    loaded.load_state_dict(checkpoint["state_dict"])
+    today = SmallLM()
+    tensorize(today)
+    with pytest.raises(ValueError, match="predates 'include_heads': give include_heads=False"):
+        restore_tensorized(today, checkpoint)
+
+
 class AttentionBlock(nn.Module):
     def __init__(self):
         super().__init__()
