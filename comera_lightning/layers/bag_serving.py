@@ -107,6 +107,9 @@ class CollectionCache:
         self.feature_start = _offsets(sizes, device)[table_of_feature]
         self.feature_size = torch.tensor([configs[t].num_embeddings for t in table_of_feature], device=device)
         self.mean = [configs[t].pooling.name == "MEAN" for t in table_of_feature]
+        partial_features = [f for f, t in enumerate(table_of_feature) if t in self.partial]
+        self.partial_features = torch.tensor(partial_features, dtype=torch.long, device=device)
+        self.partial_key_base = self.key_base[[table_of_feature[f] for f in partial_features]].unsqueeze(1)
         self.state = InferenceCache.of(_state_tensors(self.tables), _thresholds(self.tables))
 
     def _no_rows(self) -> torch.Tensor:
@@ -177,17 +180,47 @@ class CollectionCache:
         """Pooled ``(batch, Σ dims)`` for a KJT's parts; None when its features differ or an id is out of range."""
         if list(keys) != self.features or not values.numel() or values.is_floating_point() or lengths.numel() != batch * len(keys):
             return None  # (other features, or a variable batch per feature: the per-table path handles or names it)
+        values = values.long()
+        bag = length_per_key[0] // batch
+        if all(n == bag * batch for n in length_per_key) and bag and bool((lengths == bag).all()):
+            return self._serve_grid(values.view(len(keys), batch * bag), batch, bag)
         device = values.device
         per_key = torch.tensor(length_per_key, device=device)
         feature = torch.repeat_interleave(torch.arange(len(self.features), device=device), per_key, output_size=values.numel())
-        values = values.long()
         largest = torch.full((len(self.features),), -1, dtype=torch.long, device=device).scatter_reduce_(0, feature, values, "amax")
         if bool(values.min() < 0) or bool((largest >= self.feature_size).any()):
             return None  # the per-table path names the bad id
         slot = values + self.feature_start.index_select(0, feature)
         if self.index is not None:
             self._find_hot(slot, values, length_per_key)
-        return self._pool(slot, lengths.long(), batch)
+        offsets = torch.cat([lengths.new_zeros(1), lengths.long().cumsum(0)])
+        out = F.embedding_bag(slot, self.rows, offsets, mode="sum", include_last_offset=True)
+        if any(self.mean):
+            averaged = torch.tensor(self.mean, device=out.device).repeat_interleave(batch).unsqueeze(1)
+            out = torch.where(averaged, out / lengths.clamp(min=1).unsqueeze(1).to(out.dtype), out)
+        return out.view(len(self.features), batch, -1).transpose(0, 1).reshape(batch, -1)
+
+    def _serve_grid(self, grid: torch.Tensor, batch: int, bag: int) -> torch.Tensor | None:
+        """The common layout, every bag ``bag`` ids long: ``grid`` is ``(features, batch·bag)``, served in whole-row ops."""
+        low, high = torch.aminmax(grid, dim=1)
+        if bool(((low < 0) | (high >= self.feature_size)).any()):
+            return None  # the per-table path names the bad id
+        slot = grid + self.feature_start.unsqueeze(1)
+        if self.index is not None and self.partial_features.numel():
+            keys = (grid.index_select(0, self.partial_features) + self.partial_key_base).view(-1)
+            position, hit = self.index.find(keys)
+            slot.index_copy_(0, self.partial_features, position.view(-1, grid.shape[1]))
+            if not bool(hit.all()):
+                miss = (~hit).nonzero().squeeze(1)
+                at = self.partial_features.index_select(0, miss // grid.shape[1]) * grid.shape[1] + miss % grid.shape[1]
+                slot.view(-1).index_copy_(0, at, self._contract_misses(keys.index_select(0, miss)))
+        features = len(self.features)
+        order = slot.view(features, batch, bag).transpose(0, 1).reshape(-1, bag)  # batch-major: no transpose of the output
+        # (embedding_bag even for bags of one: F.embedding's gather of short rows is ~2x slower on CPU)
+        out = F.embedding_bag(order, self.rows, mode="mean" if all(self.mean) else "sum").view(batch, features, -1)
+        if any(self.mean) and not all(self.mean):
+            out = out / torch.tensor([bag if m else 1 for m in self.mean], device=out.device).view(1, -1, 1).to(out.dtype)
+        return out.reshape(batch, -1)
 
     def _find_hot(self, slot: torch.Tensor, values: torch.Tensor, length_per_key: Sequence[int]) -> None:
         """Point ``slot`` at the cached row of each large-table id; contract the distinct misses into the spare rows."""
@@ -205,26 +238,13 @@ class CollectionCache:
         if bool(hit.all()):
             return
         miss = (~hit).nonzero().squeeze(1)
-        missed, inverse = torch.unique(keys.index_select(0, miss), return_inverse=True)
+        slot.index_copy_(0, at.index_select(0, miss), self._contract_misses(keys.index_select(0, miss)))
+
+    def _contract_misses(self, keys: torch.Tensor) -> torch.Tensor:
+        """Contract the distinct ``keys`` into spare rows after the cached ones; the row number of each key."""
+        missed, inverse = torch.unique(keys, return_inverse=True)
         free = self.cached_rows + self.hot_count
         if free + missed.numel() > self.rows.shape[0]:  # more misses than spare rows: grow
             self.rows = torch.cat([self.rows, self.rows.new_zeros(missed.numel() + SPARE_ROWS, self.rows.shape[1])])
         self.rows[free : free + missed.numel()] = self._contract(missed)
-        slot.index_copy_(0, at.index_select(0, miss), free + inverse)
-
-    def _pool(self, slot: torch.Tensor, lengths: torch.Tensor, batch: int) -> torch.Tensor:
-        """Sum (or average) each bag's rows; ``(batch, F·D)`` with the features side by side."""
-        features, dim = len(self.features), self.rows.shape[1]
-        bag = int(lengths[0]) if lengths.numel() else 0
-        if bag and bool((lengths == bag).all()):  # every bag as long: pool in batch-major order, no transpose after
-            order = slot.view(features, batch, bag).transpose(0, 1).reshape(-1, bag)
-            out = F.embedding_bag(order, self.rows, mode="mean" if all(self.mean) else "sum").view(batch, features, dim)
-            if any(self.mean) and not all(self.mean):
-                out = out / torch.tensor([bag if m else 1 for m in self.mean], device=out.device).view(1, -1, 1).to(out.dtype)
-            return out.reshape(batch, features * dim)
-        offsets = torch.cat([lengths.new_zeros(1), lengths.cumsum(0)])
-        out = F.embedding_bag(slot, self.rows, offsets, mode="sum", include_last_offset=True)
-        if any(self.mean):
-            averaged = torch.tensor(self.mean, device=out.device).repeat_interleave(batch).unsqueeze(1)
-            out = torch.where(averaged, out / lengths.clamp(min=1).unsqueeze(1).to(out.dtype), out)
-        return out.view(features, batch, dim).transpose(0, 1).reshape(batch, features * dim)
+        return free + inverse

@@ -32,7 +32,7 @@ def default_cache_rows(num_embeddings: int, embedding_dim: int, element_size: in
 class IdCounter:
     """Approximate counts of the ids seen most often, kept in two fixed-size tensors the layer owns.
 
-    ``ids`` (int64, -1 where empty) and ``counts`` (int32: ``.half()`` leaves them alone) have
+    ``ids`` (int32, or int64 for tables of 2^31 rows or more; -1 where empty) and ``counts`` (int32: ``.half()`` leaves them alone) have
     ``capacity`` entries; they are the layer's buffers, saved, loaded and moved with it (``tensorize``
     keeps them out of DDP's broadcasts: :func:`keep_id_counts_local`).
     Batches are kept pending and merged in bulk; when more distinct ids are known than fit, the
@@ -81,7 +81,7 @@ class IdCounter:
 def hottest(ids: torch.Tensor, counts: torch.Tensor, k: int) -> torch.Tensor:
     """The (at most) ``k`` most frequent ids of merged counts, most frequent first."""
     order = counts.topk(min(k, counts.numel())).indices
-    top = ids[order]
+    top = ids[order].long()  # int64 like every id a lookup hashes (an int32 product would wrap differently)
     return top[top >= 0]
 
 

@@ -87,6 +87,11 @@ def test_bad_ids_and_unusual_inputs_take_the_checked_path():
     bad = KeyedJaggedTensor.from_lengths_sync(keys=kjt.keys(), values=values, lengths=kjt.lengths())
     with torch.no_grad(), pytest.raises(IndexError, match="out of range for table 'big'"):
         ebc(bad)
+    values = kjt.values().clone()
+    values[16 * 3] = -2  # feature f_tiny, in the common layout (one id per bag)
+    negative = KeyedJaggedTensor.from_lengths_sync(keys=kjt.keys(), values=values, lengths=kjt.lengths())
+    with torch.no_grad(), pytest.raises(IndexError, match="id -2 of feature 'f_tiny' is out of range"):
+        ebc(negative)
     reordered = KeyedJaggedTensor.from_jt_dict({k: kjt[k] for k in reversed(kjt.keys())})
     with torch.no_grad():
         torch.testing.assert_close(ebc(reordered).values(), per_table(ebc, kjt), rtol=0, atol=1e-12)

@@ -117,6 +117,10 @@ def test_counts_survive_a_checkpoint_and_old_checkpoints_still_load():
     fresh = TTEmbedding(50_000, 8, max_rank=6, num_cores=3, cache_rows=2_000, dtype=torch.float64)
     fresh.load_state_dict(torch.load(io.BytesIO(buffer.getvalue()), weights_only=False))
     assert torch.equal(fresh.hot_ids(), layer.hot_ids())
+    assert layer.counted_ids.dtype == torch.int32  # ids below 2^31: 4 bytes each, not 8
+    wide = {k: v.long() if k == "counted_ids" else v for k, v in layer.state_dict().items()}  # as saved before int32 ids
+    fresh.load_state_dict(wide)
+    assert torch.equal(fresh.hot_ids(), layer.hot_ids())
     old = {k: v for k, v in layer.state_dict().items() if not k.endswith(("counted_ids", "id_counts"))}
     TTEmbedding(50_000, 8, max_rank=6, num_cores=3, dtype=torch.float64).load_state_dict(old)  # strict: no error
 
