@@ -154,7 +154,8 @@ class TTEmbeddingBagCollection(EmbeddingBagCollectionInterface, TensorizedModule
         if not caching_allowed(self.training) or self._is_weighted or features.inverse_indices_or_none() is not None:
             return None
         cache = self.__dict__.get("_collection_cache")
-        tables = [self.embedding_bags[c.name] for c in self._embedding_bag_configs]
+        modules = self.embedding_bags._modules  # (ModuleDict.__getitem__ per table costs more than the lookup at batch 1)
+        tables = [modules[c.name] for c in self._embedding_bag_configs]
         if cache is None or not cache.valid_for(tables):
             if not CollectionCache.can_serve(tables):
                 return None
