@@ -120,9 +120,9 @@ class HotRowIndex:
         return hash_slot(ids, self.mask)
 
     def find(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(position, hit)``: the cache row of each id, and whether it is cached (position is 0 where not)."""
+        """``(position, hit)``: the cache row of each id (int32; 0 where not cached), and whether it is cached."""
         slot = self._slot(ids)  # (index_select: much faster than advanced indexing on CPU)
-        return self.position.index_select(0, slot).long(), self.tags.index_select(0, slot) == ids
+        return self.position.index_select(0, slot), self.tags.index_select(0, slot) == ids
 
     def nbytes(self) -> int:
         """Bytes of the hash table (the ``ids`` list is only needed to build the rows)."""
@@ -134,7 +134,7 @@ def serve_rows(ids: torch.Tensor, index: HotRowIndex, hot_rows: torch.Tensor, co
     if not hot_rows.shape[0]:  # nothing counted yet: every id is a miss
         return compute(ids)
     position, hit = index.find(ids)
-    rows = torch.nn.functional.embedding(position, hot_rows)
+    rows = torch.nn.functional.embedding(position.long(), hot_rows)
     if not bool(hit.all()):  # one host sync: the misses' count decides the work
         miss = (~hit).nonzero().squeeze(1)
         missed, inverse = torch.unique(ids[miss], return_inverse=True)
