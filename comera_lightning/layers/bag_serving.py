@@ -215,7 +215,7 @@ class CollectionCache:
         low, high = torch.aminmax(grid, dim=1)
         if bool(((low < 0) | (high >= self.feature_size)).any()):
             return None  # the per-table path names the bad id
-        narrow = torch.int32 if self.rows.shape[0] + grid.numel() <= torch.iinfo(torch.int32).max else torch.long
+        narrow = torch.int32 if self.rows.shape[0] + grid.numel() + SPARE_ROWS <= torch.iinfo(torch.int32).max else torch.long
         slot = grid.to(narrow) + self.feature_start.to(narrow).unsqueeze(1)
         if self.index is not None and self.partial_features.numel():
             keys = (grid.index_select(0, self.partial_features) + self.partial_key_base).view(-1)

@@ -32,9 +32,9 @@ def default_cache_rows(num_embeddings: int, embedding_dim: int, element_size: in
 class IdCounter:
     """Approximate counts of the ids seen most often, kept in two fixed-size tensors the layer owns.
 
-    ``ids`` (int32, or int64 for tables of 2^31 rows or more; -1 where empty) and ``counts`` (int32: ``.half()`` leaves them alone) have
-    ``capacity`` entries; they are the layer's buffers, saved, loaded and moved with it (``tensorize``
-    keeps them out of DDP's broadcasts: :func:`keep_id_counts_local`).
+    ``ids`` (int32 below 2^31 rows, else int64; -1 where empty) and ``counts`` (int32: ``.half()``
+    leaves them alone) have ``capacity`` entries; they are the layer's buffers, saved, loaded and
+    moved with it (``tensorize`` keeps them out of DDP's broadcasts: :func:`keep_id_counts_local`).
     Batches are kept pending and merged in bulk; when more distinct ids are known than fit, the
     least frequent are dropped (lossy counting: an id frequent enough to be among the hottest
     keeps coming back and survives, a rare one is forgotten).
