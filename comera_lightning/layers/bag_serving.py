@@ -180,10 +180,10 @@ class CollectionCache:
         """Pooled ``(batch, Σ dims)`` for a KJT's parts; None when its features differ or an id is out of range."""
         if list(keys) != self.features or not values.numel() or values.is_floating_point() or lengths.numel() != batch * len(keys):
             return None  # (other features, or a variable batch per feature: the per-table path handles or names it)
-        values = values.long()
         bag = length_per_key[0] // batch
         if bag and all(n == bag * batch for n in length_per_key) and self._all_equal(lengths, bag):
-            return self._serve_grid(values.view(len(keys), batch * bag), batch, bag)
+            return self._serve_grid(values.view(len(keys), batch * bag), batch, bag)  # (int32 ids stay int32 there)
+        values = values.long()
         device = values.device
         per_key = torch.tensor(length_per_key, device=device)
         feature = torch.repeat_interleave(torch.arange(len(self.features), device=device), per_key, output_size=values.numel())

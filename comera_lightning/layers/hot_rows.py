@@ -134,7 +134,7 @@ def serve_rows(ids: torch.Tensor, index: HotRowIndex, hot_rows: torch.Tensor, co
     if not hot_rows.shape[0]:  # nothing counted yet: every id is a miss
         return compute(ids)
     position, hit = index.find(ids)
-    rows = torch.nn.functional.embedding(position.long(), hot_rows)
+    rows = torch.nn.functional.embedding(position, hot_rows)
     if not bool(hit.all()):  # one host sync: the misses' count decides the work
         miss = (~hit).nonzero().squeeze(1)
         missed, inverse = torch.unique(ids[miss], return_inverse=True)
