@@ -28,8 +28,9 @@ from comera_lightning._checks import check_number
 
 __all__ = ["DEFAULT_CORE_STEP_SCALE", "CoreStepScale", "normalises_steps"]
 
-#: Chosen on the quality race (docs/TUNING.md, "Core step scale"): 1 → 6.137, 2 → 6.061, 4 → 6.036, 8 → 6.078 on Llama 128×2.
-DEFAULT_CORE_STEP_SCALE = 4.0
+#: Chosen on the quality race across three models (docs/TUNING.md, "Core step scale with today's layout"):
+#: 4 → 5.969 / 6.158 / 5.893, 6 → 5.977 / 6.089 / 5.932, 8 → 5.931 / 6.081 / 6.026 (Llama 128, GPT-2 128, Llama 192).
+DEFAULT_CORE_STEP_SCALE = 6.0
 
 
 #: Optimizers that move each entry by about ``lr`` whatever its gradient's size: the case the scale corrects.
