@@ -44,14 +44,18 @@ def _thresholds(tables: Sequence[nn.Module]) -> tuple:
 
 
 class StackedHalfTables:
-    """The half tables of several TT tables stacked (ranks zero-padded), so one gather and one bmm serve them all."""
+    """The half tables of several TT tables stacked (ranks zero-padded), so one gather and one bmm serve them all.
+
+    The right tables are kept transposed, ``(ΣN_R, M_R, r)``: ``bmm`` on the transposed operand is
+    1.8x faster at rank 11 (torch's CPU loop for products under 400 multiply-adds) and 1.15x at rank 32.
+    """
 
     def __init__(self, tables: Sequence[TTEmbedding]) -> None:
         split = tables[0].best_split(1)
         halves = [table.half_tables(split) for table in tables]
         rank = max(left.shape[-1] for left, _ in halves)
         self.left = torch.cat([F.pad(left, (0, rank - left.shape[-1])) for left, _ in halves])  # (ΣN_L, M_L, r)
-        self.right = torch.cat([F.pad(right, (0, 0, 0, rank - right.shape[1])) for _, right in halves])  # (ΣN_R, r, M_R)
+        self.right_t = torch.cat([F.pad(right, (0, 0, 0, rank - right.shape[1])).transpose(1, 2) for _, right in halves])  # (ΣN_R, M_R, r)
         device = self.left.device
         self.n_right = torch.tensor([right.shape[0] for _, right in halves], device=device)
         self.left_base = _offsets([left.shape[0] for left, _ in halves], device)
@@ -67,14 +71,14 @@ class StackedHalfTables:
         return all(t.col_modes == first.col_modes and len(t.cores) == len(first.cores) and t.best_split(1) == first.best_split(1) for t in tables)
 
     def rows(self, table: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-        """Rows of ``ids``, each in the stacked table number ``table``."""
+        """Rows of ``ids``, each in the stacked table number ``table``: one ``(M_L × r)·(r × M_R)`` product per id."""
         n_right = self.n_right.index_select(0, table)
         left = F.embedding(self.left_base.index_select(0, table) + ids // n_right, self.left.flatten(1)).view(-1, *self.left.shape[1:])
-        right = F.embedding(self.right_base.index_select(0, table) + ids % n_right, self.right.flatten(1)).view(-1, *self.right.shape[1:])
-        return torch.bmm(left, right).flatten(1)[:, : self.dim]
+        right_t = F.embedding(self.right_base.index_select(0, table) + ids % n_right, self.right_t.flatten(1)).view(-1, *self.right_t.shape[1:])
+        return torch.bmm(left, right_t.transpose(1, 2)).flatten(1)[:, : self.dim]
 
     def nbytes(self) -> int:
-        return (self.left.numel() + self.right.numel()) * self.left.element_size()
+        return (self.left.numel() + self.right_t.numel()) * self.left.element_size()
 
 
 class CollectionCache:
@@ -212,8 +216,8 @@ class CollectionCache:
         Row numbers are int32 where they fit (``embedding_bag`` is 20 % faster on them) and pooled
         in batch-major order, so the output needs no transpose.
         """
-        low, high = torch.aminmax(grid, dim=1)
-        if bool(((low < 0) | (high >= self.feature_size)).any()):
+        # (amax per row and one min: aminmax along a dim is several times slower on CPU)
+        if bool(grid.min() < 0) or bool((grid.amax(dim=1) >= self.feature_size).any()):
             return None  # the per-table path names the bad id
         narrow = torch.int32 if self.rows.shape[0] + grid.numel() + SPARE_ROWS <= torch.iinfo(torch.int32).max else torch.long
         slot = grid.to(narrow) + self.feature_start.to(narrow).unsqueeze(1)
