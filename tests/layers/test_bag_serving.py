@@ -56,6 +56,27 @@ def test_served_output_equals_the_per_table_lookup(length):
     torch.testing.assert_close(served.float(), ebc.to_ebc()(kjt).values(), rtol=1e-5, atol=1e-6)  # TorchRec casts to float32
 
 
+@pytest.mark.parametrize("dim, rank, transposed", [(8, 6, True), (64, 12, False), (64, 4, True)])
+def test_misses_are_exact_with_the_right_half_tables_in_either_layout(dim, rank, transposed):
+    """Narrow right rows or tiny products: right half tables stored transposed; wide ones (M_R = 16, rank 12) as they are."""
+    names = ["a", "b"]
+    tables = [EmbeddingBagConfig(name=n, embedding_dim=dim, num_embeddings=50_000, feature_names=[f"f_{n}"]) for n in names]
+    torch.manual_seed(0)
+    ebc = TTEmbeddingBagCollection(tables, max_rank=rank, num_cores=3, min_rows=100, cache_rows=500, dtype=torch.float64)
+
+    def kjt_of(seed: int) -> KeyedJaggedTensor:
+        return KeyedJaggedTensor.from_lengths_sync(keys=[f"f_{n}" for n in names], lengths=torch.ones(600, dtype=torch.long),
+                                                   values=torch.cat([zipf_ids(300, 50_000, seed + i) for i in range(2)]))
+
+    ebc.count_ids(kjt_of(0))
+    ebc.eval()
+    kjt = kjt_of(5)  # other ids than were counted: hot rows and misses
+    with torch.no_grad():
+        served = ebc(kjt).values()
+    assert ebc.__dict__["_collection_cache"].stacked.transposed is transposed
+    torch.testing.assert_close(served, per_table(ebc, kjt), rtol=0, atol=1e-12)
+
+
 def test_served_rows_follow_every_change_of_the_tables():
     ebc = trained(collection())
     kjt = batch(64, 7)
