@@ -40,7 +40,7 @@ def _offsets(sizes: Sequence[int], device: torch.device) -> torch.Tensor:
     return torch.tensor([0, *torch.tensor(list(sizes)).cumsum(0)[:-1].tolist()], device=device)
 
 
-def multiply_right_transposed(rows_left: int, rows_right: int, rank: int) -> bool:
+def _multiply_right_transposed(rows_left: int, rows_right: int, rank: int) -> bool:
     """Whether a ``(M_L × r)·(r × M_R)`` row product is faster with the right factor stored ``(M_R, r)``, transposed.
 
     Measured on CPU (4,000 products, one thread): 1.8–2.0× faster below ``SCALAR_BMM_MACS``
@@ -59,7 +59,7 @@ class StackedHalfTables:
     """The half tables of several TT tables stacked (ranks zero-padded), so one gather and one bmm serve them all.
 
     The right tables are stored ``(ΣN_R, r, M_R)``, or ``(ΣN_R, M_R, r)`` and multiplied transposed
-    where that is faster on CPU (:func:`multiply_right_transposed`).
+    where that is faster on CPU (:func:`_multiply_right_transposed`).
     """
 
     def __init__(self, tables: Sequence[TTEmbedding]) -> None:
@@ -67,7 +67,7 @@ class StackedHalfTables:
         halves = [table.half_tables(split) for table in tables]
         rank = max(left.shape[-1] for left, _ in halves)
         self.left = torch.cat([F.pad(left, (0, rank - left.shape[-1])) for left, _ in halves])  # (ΣN_L, M_L, r)
-        self.transposed = multiply_right_transposed(self.left.shape[1], halves[0][1].shape[2], rank)
+        self.transposed = _multiply_right_transposed(self.left.shape[1], halves[0][1].shape[2], rank)
         rights = [F.pad(right, (0, 0, 0, rank - right.shape[1])) for _, right in halves]
         self.right = torch.cat([right.transpose(1, 2) if self.transposed else right for right in rights])
         device = self.left.device
@@ -230,8 +230,8 @@ class CollectionCache:
         Row numbers are int32 where they fit (``embedding_bag`` is 20 % faster on them) and pooled
         in batch-major order, so the output needs no transpose.
         """
-        # (amax per row and one min: aminmax along a dim is several times slower on CPU)
-        if bool(grid.min() < 0) or bool((grid.amax(dim=1) >= self.feature_size).any()):
+        # (amax per row and one min, one host sync: aminmax along a dim is several times slower on CPU)
+        if bool((grid.min() < 0) | (grid.amax(dim=1) >= self.feature_size).any()):
             return None  # the per-table path names the bad id
         narrow = torch.int32 if self.rows.shape[0] + grid.numel() + SPARE_ROWS <= torch.iinfo(torch.int32).max else torch.long
         slot = grid.to(narrow) + self.feature_start.to(narrow).unsqueeze(1)
