@@ -14,19 +14,12 @@ from comera_lightning.layers.hot_rows import HotRowIndex, IdCounter, default_cac
 from comera_lightning.layers.inference_cache import caching_allowed
 from comera_lightning.layers.interface import LayerSummary, format_modes
 from comera_lightning.layers.shapes import balance_halves, bond_rank_caps, factorize, prod
-from comera_lightning.layers.tt_rows import chain_cost_per_id, chain_rows
+from comera_lightning.layers.tt_rows import chain_cost_per_id, contract_rows, ids_are_checkable
 
 __all__ = ["LOOKUPS", "TTEmbedding"]
 
 #: How rows are contracted: ``"auto"`` picks the cheaper of the other two for each call.
 LOOKUPS = ("auto", "tables", "chain")
-
-
-def ids_are_checkable() -> bool:
-    """Range checks need a host sync: skip them while compiling or capturing a CUDA graph."""
-    if torch.compiler.is_compiling():
-        return False
-    return not (torch.cuda.is_available() and torch.cuda.is_current_stream_capturing())
 
 
 class TTEmbedding(TTModule):
@@ -227,7 +220,7 @@ class TTEmbedding(TTModule):
             return self.dead_output((ids.numel(), self.embedding_dim), self.cores[0].new_zeros(()))  # ids carry no gradient
         split = self.best_split(ids.numel())  # (the tables' cost keeps them small, also when cached)
         if self.uses_chain(ids.numel(), split):
-            return chain_rows(self.gated_cores(), self.row_modes, ids)[:, : self.embedding_dim]
+            return contract_rows(self.gated_cores(), self.row_modes, ids)[:, : self.embedding_dim]
         left, right = self.cached(("half_tables", split), lambda: self.half_tables(split))
         n_right = right.shape[0]
         # F.embedding gathers with a much faster backward than advanced indexing on CPU.

@@ -28,7 +28,8 @@ from comera_lightning.layers.bag_serving import CollectionCache
 from comera_lightning.layers.bag_tables import EmbeddingBagConfig, PoolingType, concat, config_dtype, dense_table, table_std, validate_tables
 from comera_lightning.layers.inference_cache import caching_allowed
 from comera_lightning.layers.interface import LayerSummary, TensorizedModule
-from comera_lightning.layers.tt_embedding import TTEmbedding, ids_are_checkable
+from comera_lightning.layers.tt_embedding import TTEmbedding
+from comera_lightning.layers.tt_rows import ids_are_checkable
 
 _FEATURE = "TTEmbeddingBagCollection"
 _modules = require("torchrec.modules.embedding_modules", _FEATURE)

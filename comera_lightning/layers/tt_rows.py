@@ -2,10 +2,16 @@
 
 Row ``i`` of the table has row digits ``(i_1, …, i_d)`` in the row modes (row-major) and is the
 product of the core slices ``G_k[:, i_k, :, :]``, each ``(r_{k-1}, m_k, r_k)``. Gathering those
-slices for a batch of ids and multiplying them left to right costs a fixed number
-of multiply-adds per id and nothing per call: the cheaper lookup when a batch touches few rows of
-a large table (training steps on click logs), where the half-table lookup would first contract
-tables far larger than the batch.
+slices for a batch of ids and multiplying them costs a fixed number of multiply-adds per id and
+nothing per call: the cheaper lookup when a batch touches few rows of a large table (training
+steps on click logs), where the half-table lookup would first contract tables far larger than
+the batch.
+
+Two ways to multiply the chain: :func:`chain_rows` (one small product per id and core: traceable,
+the one exported programs use) and :func:`grouped_chain_rows`, which groups the ids by each middle
+core's digit so that every slice of that core multiplies all of its ids in one larger product
+(a padded batched matmul whose core gradient needs no scatter); 2-3x faster for a training step's
+thousand-odd distinct ids on CPU, and it needs a host sync. :func:`contract_rows` picks.
 """
 
 from __future__ import annotations
@@ -15,7 +21,18 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 
-__all__ = ["chain_cost_per_id", "chain_rows", "row_digits"]
+__all__ = ["chain_cost_per_id", "chain_rows", "contract_rows", "grouped_chain_rows", "ids_are_checkable", "row_digits"]
+
+#: A middle core is multiplied by digit groups while its padded groups hold at most this many
+#: times the ids (padding is wasted work; past ~4x the per-id products win again, measured on CPU).
+MAX_GROUP_PADDING = 4
+
+
+def ids_are_checkable() -> bool:
+    """Host syncs (range checks, data-dependent shapes) are allowed: not compiling, not capturing a CUDA graph."""
+    if torch.compiler.is_compiling():
+        return False
+    return not (torch.cuda.is_available() and torch.cuda.is_current_stream_capturing())
 
 
 def row_digits(ids: torch.Tensor, row_modes: Sequence[int]) -> list[torch.Tensor]:
@@ -53,3 +70,59 @@ def chain_rows(cores: Sequence[torch.Tensor], row_modes: Sequence[int], ids: tor
         rows = s.flatten(1, 2) if rows is None else torch.bmm(rows, s.flatten(2)).view(ids.numel(), width * s.shape[2], s.shape[3])
         width *= s.shape[2]  # rows is (B, width, r')
     return rows.squeeze(-1)
+
+
+def _group_slots(digit: torch.Tensor, groups: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each id's slot ``digit * width + (its rank among the ids of that digit)``, and ``width``, the largest group (0-d)."""
+    counts = torch.bincount(digit, minlength=groups)
+    order = torch.argsort(digit, stable=True)
+    rank = torch.empty_like(order)
+    rank[order] = torch.arange(digit.numel(), device=digit.device) - (counts.cumsum(0) - counts)[digit[order]]
+    return rank, counts.max()
+
+
+def _grouped_product(x: torch.Tensor, core: torch.Tensor, digit: torch.Tensor, rank: torch.Tensor, width: int) -> torch.Tensor:
+    """``x[j] (t, q) @ core[:, digit[j], :, :]`` seen as ``(q, p·b)``, for every id ``j``: ``(n, t, p, b)``.
+
+    The ids are laid out in a zero-padded ``(digits, width·t, q)`` block, so every slice of the
+    core is one ``(p·b, q) @ (q, width·t)`` product; written that way round, the core's gradient
+    comes out of the batched matmul already in the core's slice layout.
+    """
+    n, t, q = x.shape
+    p, groups, b, _ = core.shape
+    slot = digit * width + rank
+    padded = x.new_zeros(groups * width, t, q).index_copy(0, slot, x).view(groups, width * t, q)
+    out = torch.bmm(core.transpose(0, 1).reshape(groups, p * b, q), padded.transpose(1, 2))  # (groups, p·b, width·t)
+    return out.transpose(1, 2).reshape(groups * width, t, p, b).index_select(0, slot)
+
+
+def grouped_chain_rows(cores: Sequence[torch.Tensor], row_modes: Sequence[int], ids: torch.Tensor) -> torch.Tensor | None:
+    """:func:`chain_rows` multiplied right to left, each middle core by digit groups; None where padding would cost too much.
+
+    Eager only (the group sizes decide shapes: one host sync).
+    """
+    n = ids.numel()
+    digits = row_digits(ids, row_modes)
+    middle = list(zip(cores[1:-1], digits[1:-1]))
+    if not middle or not n:
+        return None
+    slots = [_group_slots(digit, core.shape[1]) for core, digit in middle]
+    widths = torch.stack([width for _, width in slots]).tolist()
+    if any(core.shape[1] * width > MAX_GROUP_PADDING * n for (core, _), width in zip(middle, widths)):
+        return None
+    last = cores[-1]  # (q, n_d, m_d, 1): each id's slice as rows (column digit) of length q
+    x = F.embedding(digits[-1], last[..., 0].permute(1, 2, 0).reshape(last.shape[1], -1)).view(n, last.shape[2], last.shape[0])
+    for (core, digit), (rank, _), width in reversed(list(zip(middle, slots, widths))):
+        y = _grouped_product(x, core, digit, rank, width)  # (n, tail, p, b)
+        x = y.permute(0, 3, 1, 2).reshape(n, -1, core.shape[0])  # rows (b, tail): the column digits so far, first core's first
+    first = _slices(cores[0], digits[0])[:, 0]  # (n, m_1, r_1)
+    return torch.bmm(first, x.transpose(1, 2)).reshape(n, -1)
+
+
+def contract_rows(cores: Sequence[torch.Tensor], row_modes: Sequence[int], ids: torch.Tensor) -> torch.Tensor:
+    """The rows of ``ids``: by digit groups where that is possible and pays (eager, enough ids), else per id."""
+    if ids_are_checkable() and len(cores) > 2:
+        rows = grouped_chain_rows(cores, row_modes, ids)
+        if rows is not None:
+            return rows
+    return chain_rows(cores, row_modes, ids)

@@ -1,0 +1,57 @@
+"""The two chain contractions of TT-matrix rows (per id, and by digit groups) give the same rows and gradients."""
+
+import pytest
+import torch
+
+from comera_lightning import TTEmbedding
+from comera_lightning.layers.tt_rows import chain_rows, contract_rows, grouped_chain_rows
+
+
+def _cores(row_modes, col_modes, rank, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    bonds = [1, *[rank] * (len(row_modes) - 1), 1]
+    return [torch.randn(bonds[k], n, m, bonds[k + 1], generator=generator, dtype=torch.float64, requires_grad=True)
+            for k, (n, m) in enumerate(zip(row_modes, col_modes))]
+
+
+def _rows_and_grads(contract, cores, row_modes, ids, upstream):
+    for core in cores:
+        core.grad = None
+    rows = contract(cores, row_modes, ids)
+    rows.backward(upstream)
+    return rows.detach(), [core.grad.clone() for core in cores]
+
+
+@pytest.mark.parametrize("row_modes, col_modes", [((9, 8, 7), (4, 2, 2)), ((5, 6, 4, 3), (2, 3, 1, 2)), ((6, 5, 7), (1, 3, 2))])
+def test_grouped_rows_and_gradients_equal_the_per_id_chain(row_modes, col_modes):
+    cores = _cores(row_modes, col_modes, rank=5)
+    rows_total = torch.tensor(row_modes).prod().item()
+    ids = torch.cat([torch.randperm(rows_total, generator=torch.Generator().manual_seed(1))[:150], torch.tensor([0, rows_total - 1])])
+    upstream = torch.randn(ids.numel(), torch.tensor(col_modes).prod().item(), dtype=torch.float64)
+    expected = _rows_and_grads(chain_rows, cores, row_modes, ids, upstream)
+    grouped = _rows_and_grads(grouped_chain_rows, cores, row_modes, ids, upstream)
+    torch.testing.assert_close(grouped[0], expected[0], atol=1e-12, rtol=0)
+    for got, want in zip(grouped[1], expected[1]):
+        torch.testing.assert_close(got, want, atol=1e-12, rtol=0)
+
+
+def test_grouping_is_skipped_where_padding_would_dominate():
+    row_modes, col_modes = (9, 8, 7), (4, 2, 2)
+    cores = _cores(row_modes, col_modes, rank=3)
+    assert grouped_chain_rows(cores, row_modes, torch.tensor([17])) is None  # one id, eight digit groups
+    skewed = torch.tensor([i1 * 56 + i3 for i1 in range(9) for i3 in range(7)])  # every middle digit 0: one full group of eight
+    assert grouped_chain_rows(cores, row_modes, skewed) is None
+    rows = contract_rows(cores, row_modes, skewed)
+    torch.testing.assert_close(rows, chain_rows(cores, row_modes, skewed), atol=1e-12, rtol=0)
+
+
+def test_a_training_step_of_many_ids_matches_the_dense_table():
+    layer = TTEmbedding(20_000, 16, max_rank=6, num_cores=3, lookup="chain", deduplicate=True, dtype=torch.float64)
+    with torch.no_grad():
+        for gate in layer.gates:
+            gate.uniform_(0.5, 1.5)
+    dense = layer.to_embedding()
+    ids = torch.randint(0, 20_000, (3_000,), generator=torch.Generator().manual_seed(2))
+    torch.testing.assert_close(layer(ids), dense(ids), atol=1e-12, rtol=0)
+    layer(ids).square().sum().backward()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in [*layer.cores, *layer.gates])
