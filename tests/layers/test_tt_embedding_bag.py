@@ -292,3 +292,27 @@ def test_the_tables_inside_a_collection_are_not_reported_on_their_own():
     holder.ebc = EmbeddingBagCollection([EmbeddingBagConfig(name="t0", embedding_dim=16, num_embeddings=5000, feature_names=["f0"])])
     report = tensorize(holder, max_rank=8)
     assert [r.name for r in report.swapped] == ["ebc"] and report.skipped == []
+
+
+@pytest.mark.parametrize("mean", [False, True])
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("lengths", [[1, 1, 1, 1, 1], [2, 0, 3, 1, 1]])
+def test_training_pooling_matches_embedding_bag_in_values_and_gradients(mean, weighted, lengths):
+    from comera_lightning.layers.tt_embedding_bag import pool_bags
+
+    lengths = torch.tensor(lengths)
+    index = torch.tensor([3, 0, 3, 5, 1, 2, 2])[: int(lengths.sum())]
+    weights = torch.rand(index.numel(), dtype=torch.float64) if weighted else None
+    rows = torch.randn(6, 4, dtype=torch.float64, requires_grad=True)
+    upstream = torch.randn(lengths.numel(), 4, dtype=torch.float64)
+    out = pool_bags(rows, index, lengths, weights, mean=mean)
+    (grad,) = torch.autograd.grad(out, rows, upstream)
+    offsets = torch.cat([torch.zeros(1, dtype=torch.long), lengths.cumsum(0)])
+    expected = torch.nn.functional.embedding_bag(index, rows, offsets, mode="sum", per_sample_weights=weights, include_last_offset=True)
+    if mean:
+        expected = expected / lengths.clamp(min=1).unsqueeze(1)
+    (expected_grad,) = torch.autograd.grad(expected, rows, upstream)
+    torch.testing.assert_close(out, expected, atol=1e-12, rtol=0)
+    torch.testing.assert_close(grad, expected_grad, atol=1e-12, rtol=0)
+    with torch.no_grad():  # serving takes embedding_bag itself
+        torch.testing.assert_close(pool_bags(rows, index, lengths, weights, mean=mean), expected, atol=1e-12, rtol=0)
