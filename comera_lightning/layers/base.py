@@ -148,14 +148,18 @@ class TTModule(TensorizedModule):
         """
         return [alive & ~(gate <= self.gate_threshold) for alive, gate in zip(self._alive_masks(), self.gates)]
 
-    def gated_cores(self) -> list[torch.Tensor]:
-        """Cores with each bond's masked gate folded into the core on its left."""
+    def bond_scales(self) -> list[torch.Tensor]:
+        """Each bond's masked gate in the cores' dtype: the scale of core ``k``'s right rank axis."""
         masks = self.gate_masks()
         if self.training and not torch.compiler.is_compiling():  # compiled: the trainer latches (rank.latch_dead_gates_)
             self._latch(masks)
+        return [(gate * mask).to(core.dtype) for core, gate, mask in zip(self.cores, self.gates, masks)]
+
+    def gated_cores(self) -> list[torch.Tensor]:
+        """Cores with each bond's masked gate folded into the core on its left."""
         cores = list(self.cores)
-        for k, (gate, mask) in enumerate(zip(self.gates, masks)):
-            cores[k] = cores[k] * (gate * mask).to(cores[k].dtype)
+        for k, scale in enumerate(self.bond_scales()):
+            cores[k] = cores[k] * scale
         return cores
 
     @torch.no_grad()

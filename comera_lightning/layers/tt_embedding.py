@@ -220,7 +220,7 @@ class TTEmbedding(TTModule):
             return self.dead_output((ids.numel(), self.embedding_dim), self.cores[0].new_zeros(()))  # ids carry no gradient
         split = self.best_split(ids.numel())  # (the tables' cost keeps them small, also when cached)
         if self.uses_chain(ids.numel(), split):
-            return contract_rows(self.gated_cores(), self.row_modes, ids)[:, : self.embedding_dim]
+            return contract_rows(list(self.cores), self.bond_scales(), self.row_modes, ids)[:, : self.embedding_dim]
         left, right = self.cached(("half_tables", split), lambda: self.half_tables(split))
         n_right = right.shape[0]
         # F.embedding gathers with a much faster backward than advanced indexing on CPU.

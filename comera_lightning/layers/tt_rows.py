@@ -96,10 +96,12 @@ def _grouped_product(x: torch.Tensor, core: torch.Tensor, digit: torch.Tensor, r
     return out.transpose(1, 2).reshape(groups * width, t, p, b).index_select(0, slot)
 
 
-def grouped_chain_rows(cores: Sequence[torch.Tensor], row_modes: Sequence[int], ids: torch.Tensor) -> torch.Tensor | None:
+def grouped_chain_rows(cores: Sequence[torch.Tensor], scales: Sequence[torch.Tensor], row_modes: Sequence[int],
+                       ids: torch.Tensor) -> torch.Tensor | None:
     """:func:`chain_rows` multiplied right to left, each middle core by digit groups; None where padding would cost too much.
 
-    Eager only (the group sizes decide shapes: one host sync).
+    ``scales[k]`` scales core ``k``'s right rank axis (the bond gates); applied to the ids' partial
+    products, which are far smaller than the cores. Eager only (the group sizes decide shapes: one host sync).
     """
     n = ids.numel()
     digits = row_digits(ids, row_modes)
@@ -112,17 +114,21 @@ def grouped_chain_rows(cores: Sequence[torch.Tensor], row_modes: Sequence[int], 
         return None
     last = cores[-1]  # (q, n_d, m_d, 1): each id's slice as rows (column digit) of length q
     x = F.embedding(digits[-1], last[..., 0].permute(1, 2, 0).reshape(last.shape[1], -1)).view(n, last.shape[2], last.shape[0])
-    for (core, digit), (rank, _), width in reversed(list(zip(middle, slots, widths))):
-        y = _grouped_product(x, core, digit, rank, width)  # (n, tail, p, b)
+    for k, (core, digit), (rank, _), width in reversed(list(zip(range(1, len(cores) - 1), middle, slots, widths))):
+        y = _grouped_product(x * scales[k], core, digit, rank, width)  # (n, tail, p, b)
         x = y.permute(0, 3, 1, 2).reshape(n, -1, core.shape[0])  # rows (b, tail): the column digits so far, first core's first
     first = _slices(cores[0], digits[0])[:, 0]  # (n, m_1, r_1)
-    return torch.bmm(first, x.transpose(1, 2)).reshape(n, -1)
+    return torch.bmm(first, (x * scales[0]).transpose(1, 2)).reshape(n, -1)
 
 
-def contract_rows(cores: Sequence[torch.Tensor], row_modes: Sequence[int], ids: torch.Tensor) -> torch.Tensor:
-    """The rows of ``ids``: by digit groups where that is possible and pays (eager, enough ids), else per id."""
+def contract_rows(cores: Sequence[torch.Tensor], scales: Sequence[torch.Tensor], row_modes: Sequence[int],
+                  ids: torch.Tensor) -> torch.Tensor:
+    """The rows of ``ids`` for ``cores`` whose right rank axes ``scales`` scale (one per bond).
+
+    By digit groups where that is possible and pays (eager, enough ids), else per id.
+    """
     if ids_are_checkable() and len(cores) > 2:
-        rows = grouped_chain_rows(cores, row_modes, ids)
+        rows = grouped_chain_rows(cores, scales, row_modes, ids)
         if rows is not None:
             return rows
-    return chain_rows(cores, row_modes, ids)
+    return chain_rows([core * scale for core, scale in zip(cores, scales)] + list(cores[len(scales):]), row_modes, ids)

@@ -14,12 +14,24 @@ def _cores(row_modes, col_modes, rank, seed=0):
             for k, (n, m) in enumerate(zip(row_modes, col_modes))]
 
 
-def _rows_and_grads(contract, cores, row_modes, ids, upstream):
-    for core in cores:
-        core.grad = None
-    rows = contract(cores, row_modes, ids)
+def _scales(cores, seed=3):
+    """One scale per bond, like masked gates: positive, one index dead."""
+    generator = torch.Generator().manual_seed(seed)
+    scales = [torch.rand(core.shape[-1], generator=generator, dtype=torch.float64).add(0.5) for core in cores[:-1]]
+    scales[0][1] = 0.0
+    return [scale.requires_grad_() for scale in scales]
+
+
+def _per_id(cores, scales, row_modes, ids):
+    return chain_rows([core * scale for core, scale in zip(cores, scales)] + [cores[-1]], row_modes, ids)
+
+
+def _rows_and_grads(contract, cores, scales, row_modes, ids, upstream):
+    for tensor in [*cores, *scales]:
+        tensor.grad = None
+    rows = contract(cores, scales, row_modes, ids)
     rows.backward(upstream)
-    return rows.detach(), [core.grad.clone() for core in cores]
+    return rows.detach(), [tensor.grad.clone() for tensor in [*cores, *scales]]
 
 
 @pytest.mark.parametrize("row_modes, col_modes", [((9, 8, 7), (4, 2, 2)), ((5, 6, 4, 3), (2, 3, 1, 2)), ((6, 5, 7), (1, 3, 2))])
@@ -28,8 +40,9 @@ def test_grouped_rows_and_gradients_equal_the_per_id_chain(row_modes, col_modes)
     rows_total = torch.tensor(row_modes).prod().item()
     ids = torch.cat([torch.randperm(rows_total, generator=torch.Generator().manual_seed(1))[:150], torch.tensor([0, rows_total - 1])])
     upstream = torch.randn(ids.numel(), torch.tensor(col_modes).prod().item(), dtype=torch.float64)
-    expected = _rows_and_grads(chain_rows, cores, row_modes, ids, upstream)
-    grouped = _rows_and_grads(grouped_chain_rows, cores, row_modes, ids, upstream)
+    scales = _scales(cores)
+    expected = _rows_and_grads(_per_id, cores, scales, row_modes, ids, upstream)
+    grouped = _rows_and_grads(grouped_chain_rows, cores, scales, row_modes, ids, upstream)
     torch.testing.assert_close(grouped[0], expected[0], atol=1e-12, rtol=0)
     for got, want in zip(grouped[1], expected[1]):
         torch.testing.assert_close(got, want, atol=1e-12, rtol=0)
@@ -38,11 +51,12 @@ def test_grouped_rows_and_gradients_equal_the_per_id_chain(row_modes, col_modes)
 def test_grouping_is_skipped_where_padding_would_dominate():
     row_modes, col_modes = (9, 8, 7), (4, 2, 2)
     cores = _cores(row_modes, col_modes, rank=3)
-    assert grouped_chain_rows(cores, row_modes, torch.tensor([17])) is None  # one id, eight digit groups
+    scales = _scales(cores)
+    assert grouped_chain_rows(cores, scales, row_modes, torch.tensor([17])) is None  # one id, eight digit groups
     skewed = torch.tensor([i1 * 56 + i3 for i1 in range(9) for i3 in range(7)])  # every middle digit 0: one full group of eight
-    assert grouped_chain_rows(cores, row_modes, skewed) is None
-    rows = contract_rows(cores, row_modes, skewed)
-    torch.testing.assert_close(rows, chain_rows(cores, row_modes, skewed), atol=1e-12, rtol=0)
+    assert grouped_chain_rows(cores, scales, row_modes, skewed) is None
+    rows = contract_rows(cores, scales, row_modes, skewed)
+    torch.testing.assert_close(rows, _per_id(cores, scales, row_modes, skewed), atol=1e-12, rtol=0)
 
 
 def test_a_training_step_of_many_ids_matches_the_dense_table():
