@@ -166,7 +166,7 @@ class TTEmbeddingBagCollection(EmbeddingBagCollectionInterface, TensorizedModule
             lengths = concat([features.lengths()[length_offsets[i] : length_offsets[i + 1]] for i in keys])
             bag_weights = concat([weights[value_offsets[i] : value_offsets[i + 1]] for i in keys]) if self._is_weighted else None
             out = self._pool(config, concat(values), lengths, bag_weights)
-            pooled.extend(out.split([strides[i] for i in keys]))
+            pooled.extend(out.split([strides[i] for i in keys]) if len(keys) > 1 else [out])  # (a split's backward copies)
         return KeyedTensor(
             keys=self._embedding_names,
             values=torch.cat(self._expand_variable_batch(features, pooled), dim=1),

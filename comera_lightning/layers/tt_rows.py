@@ -8,8 +8,8 @@ steps on click logs), where the half-table lookup would first contract tables fa
 the batch.
 
 Two ways to multiply the chain: :func:`chain_rows` (one small product per id and core: traceable,
-the one exported programs use) and :func:`grouped_chain_rows`, which groups the ids by each middle
-core's digit so that every slice of that core multiplies all of its ids in one larger product
+the one exported programs use) and :func:`grouped_chain_rows`, which groups the ids by each
+middle core's digit so that every slice of that core multiplies all of its ids in one larger product
 (a padded batched matmul whose core gradient needs no scatter); 2-3x faster for a training step's
 thousand-odd distinct ids on CPU, and it needs a host sync. :func:`contract_rows` picks.
 """
@@ -96,29 +96,38 @@ def _grouped_product(x: torch.Tensor, core: torch.Tensor, digit: torch.Tensor, r
     return out.transpose(1, 2).reshape(groups * width, t, p, b).index_select(0, slot)
 
 
+def _per_id_product(x: torch.Tensor, core: torch.Tensor, digit: torch.Tensor) -> torch.Tensor:
+    """What :func:`_grouped_product` computes, one small product per id (for digits too sparse to group)."""
+    p, _, b, q = core.shape
+    slices = _slices(core, digit).view(-1, p * b, q)
+    return torch.bmm(x, slices.transpose(1, 2)).view(x.shape[0], x.shape[1], p, b)
+
+
 def grouped_chain_rows(cores: Sequence[torch.Tensor], scales: Sequence[torch.Tensor], row_modes: Sequence[int],
-                       ids: torch.Tensor) -> torch.Tensor | None:
-    """:func:`chain_rows` multiplied right to left, each middle core by digit groups; None where padding would cost too much.
+                       ids: torch.Tensor) -> torch.Tensor:
+    """:func:`chain_rows` multiplied right to left, each core by digit groups where their padding stays small.
 
     ``scales[k]`` scales core ``k``'s right rank axis (the bond gates); applied to the ids' partial
-    products, which are far smaller than the cores. Eager only (the group sizes decide shapes: one host sync).
+    products, which are far smaller than the cores. The first core, and a core whose digits are too
+    sparse or skewed to group (padded groups over ``MAX_GROUP_PADDING`` times the ids), take one
+    product per id.
+    Eager only, at least one id (the group sizes decide shapes: one host sync).
     """
     n = ids.numel()
     digits = row_digits(ids, row_modes)
-    middle = list(zip(cores[1:-1], digits[1:-1]))
-    if not middle or not n:
-        return None
-    slots = [_group_slots(digit, core.shape[1]) for core, digit in middle]
-    widths = torch.stack([width for _, width in slots]).tolist()
-    if any(core.shape[1] * width > MAX_GROUP_PADDING * n for (core, _), width in zip(middle, widths)):
-        return None
+    # The middle cores' groups; the first core's products, (m_1, r_1) @ (r_1, tail), are too thin to gain (measured).
+    ranks = {k: _group_slots(digits[k], cores[k].shape[1]) for k in range(1, len(cores) - 1)}
+    widths = dict(zip(ranks, torch.stack([width for _, width in ranks.values()]).tolist())) if ranks else {}
     last = cores[-1]  # (q, n_d, m_d, 1): each id's slice as rows (column digit) of length q
     x = F.embedding(digits[-1], last[..., 0].permute(1, 2, 0).reshape(last.shape[1], -1)).view(n, last.shape[2], last.shape[0])
-    for k, (core, digit), (rank, _), width in reversed(list(zip(range(1, len(cores) - 1), middle, slots, widths))):
-        y = _grouped_product(x * scales[k], core, digit, rank, width)  # (n, tail, p, b)
+    for k in reversed(range(len(cores) - 1)):
+        core, digit = cores[k], digits[k]
+        if k in ranks and core.shape[1] * widths[k] <= MAX_GROUP_PADDING * n:
+            y = _grouped_product(x * scales[k], core, digit, ranks[k][0], widths[k])  # (n, tail, p, b)
+        else:
+            y = _per_id_product(x * scales[k], core, digit)
         x = y.permute(0, 3, 1, 2).reshape(n, -1, core.shape[0])  # rows (b, tail): the column digits so far, first core's first
-    first = _slices(cores[0], digits[0])[:, 0]  # (n, m_1, r_1)
-    return torch.bmm(first, (x * scales[0]).transpose(1, 2)).reshape(n, -1)
+    return x.reshape(n, -1)
 
 
 def contract_rows(cores: Sequence[torch.Tensor], scales: Sequence[torch.Tensor], row_modes: Sequence[int],
@@ -127,8 +136,6 @@ def contract_rows(cores: Sequence[torch.Tensor], scales: Sequence[torch.Tensor],
 
     By digit groups where that is possible and pays (eager, enough ids), else per id.
     """
-    if ids_are_checkable() and len(cores) > 2:
-        rows = grouped_chain_rows(cores, scales, row_modes, ids)
-        if rows is not None:
-            return rows
+    if ids_are_checkable() and ids.numel():
+        return grouped_chain_rows(cores, scales, row_modes, ids)
     return chain_rows([core * scale for core, scale in zip(cores, scales)] + list(cores[len(scales):]), row_modes, ids)

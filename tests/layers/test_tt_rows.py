@@ -48,15 +48,17 @@ def test_grouped_rows_and_gradients_equal_the_per_id_chain(row_modes, col_modes)
         torch.testing.assert_close(got, want, atol=1e-12, rtol=0)
 
 
-def test_grouping_is_skipped_where_padding_would_dominate():
+@pytest.mark.parametrize("ids", [[17], [i1 * 56 + i3 for i1 in range(9) for i3 in range(7)]], ids=["one id", "one middle digit"])
+def test_digits_too_sparse_or_skewed_to_group_take_per_id_products(ids):
     row_modes, col_modes = (9, 8, 7), (4, 2, 2)
     cores = _cores(row_modes, col_modes, rank=3)
     scales = _scales(cores)
-    assert grouped_chain_rows(cores, scales, row_modes, torch.tensor([17])) is None  # one id, eight digit groups
-    skewed = torch.tensor([i1 * 56 + i3 for i1 in range(9) for i3 in range(7)])  # every middle digit 0: one full group of eight
-    assert grouped_chain_rows(cores, scales, row_modes, skewed) is None
-    rows = contract_rows(cores, scales, row_modes, skewed)
-    torch.testing.assert_close(rows, _per_id(cores, scales, row_modes, skewed), atol=1e-12, rtol=0)
+    ids = torch.tensor(ids)
+    upstream = torch.randn(ids.numel(), 16, dtype=torch.float64)
+    expected = _rows_and_grads(_per_id, cores, scales, row_modes, ids, upstream)
+    got = _rows_and_grads(contract_rows, cores, scales, row_modes, ids, upstream)
+    for a, b in zip([got[0], *got[1]], [expected[0], *expected[1]]):
+        torch.testing.assert_close(a, b, atol=1e-12, rtol=0)
 
 
 def test_a_training_step_of_many_ids_matches_the_dense_table():
