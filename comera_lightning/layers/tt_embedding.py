@@ -14,7 +14,7 @@ from comera_lightning.layers.hot_rows import HotRowIndex, IdCounter, default_cac
 from comera_lightning.layers.inference_cache import caching_allowed
 from comera_lightning.layers.interface import LayerSummary, format_modes
 from comera_lightning.layers.shapes import balance_halves, bond_rank_caps, factorize, prod
-from comera_lightning.layers.tt_rows import chain_cost_per_id, contract_rows, ids_are_checkable
+from comera_lightning.layers.tt_rows import chain_cost_per_id, contract_rows, grouped_cost_per_id, ids_are_checkable
 
 __all__ = ["LOOKUPS", "TTEmbedding"]
 
@@ -212,7 +212,9 @@ class TTEmbedding(TTModule):
         if not caching_allowed(self.training):  # built on every call; at inference once
             sizes = [n * m for n, m in zip(self.row_modes, self.col_modes)]
             tables += chain_cost(bonds[: split + 1], sizes[:split]) + chain_cost(bonds[split:], sizes[split:])
-        return num_ids * chain_cost_per_id([tuple(c.shape) for c in self.cores]) < tables
+        shapes = [tuple(c.shape) for c in self.cores]
+        per_id = grouped_cost_per_id(shapes) if ids_are_checkable() else chain_cost_per_id(shapes)  # (contract_rows' choice)
+        return num_ids * per_id < tables
 
     def lookup(self, ids: torch.Tensor) -> torch.Tensor:
         """Rows for a 1-D tensor of ids, ``(len(ids), embedding_dim)``, contracted from the cores (no hot rows)."""

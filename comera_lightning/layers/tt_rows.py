@@ -21,7 +21,8 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 
-__all__ = ["chain_cost_per_id", "chain_rows", "contract_rows", "gather_rows", "grouped_chain_rows", "ids_are_checkable", "row_digits"]
+__all__ = ["chain_cost_per_id", "chain_rows", "contract_rows", "gather_rows", "grouped_chain_rows", "grouped_cost_per_id",
+           "ids_are_checkable", "row_digits"]
 
 #: A middle core is multiplied by digit groups while its padded groups hold at most this many
 #: times the ids (padding is wasted work; past ~4x the per-id products win again, measured on CPU).
@@ -74,6 +75,15 @@ def chain_cost_per_id(shapes: Sequence[Sequence[int]]) -> int:
     for r_left, _, m, r_right in shapes[1:]:
         cost += width * r_left * m * r_right
         width *= m
+    return cost
+
+
+def grouped_cost_per_id(shapes: Sequence[Sequence[int]]) -> int:
+    """Multiply-adds per id of :func:`grouped_chain_rows` (right to left) for cores of ``shapes`` (padding not counted)."""
+    cost, tail = 0, shapes[-1][2]
+    for r_left, _, m, r_right in reversed(shapes[:-1]):
+        cost += tail * r_right * r_left * m
+        tail *= m
     return cost
 
 
