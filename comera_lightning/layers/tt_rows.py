@@ -47,14 +47,15 @@ class _GatherRows(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
         (index,) = ctx.saved_tensors
-        return grad.new_zeros(ctx.num_rows, *grad.shape[1:]).index_add_(0, index, grad.contiguous()), None
+        return grad.new_zeros(ctx.num_rows, *grad.shape[1:]).index_put_((index,), grad.contiguous(), accumulate=True), None
 
 
 def gather_rows(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    """``table.index_select(0, index)``, its gradient made contiguous before the ``index_add``.
+    """``table.index_select(0, index)`` with a faster backward on CPU (measured, float32 rows of 16).
 
-    The gradient of a pooled table is a column block of the collection's output gradient; strided,
-    torch's CPU ``index_add`` takes a scatter path 3-5x slower than on a contiguous copy (measured).
+    The gradient is made contiguous (a strided one, e.g. a column block of a collection's output,
+    sends torch's ``index_add`` down a scatter path 3-5x slower) and accumulated with
+    ``index_put_(accumulate=True)``: 2.5x faster than ``index_add`` for 100k rows, as fast for 4k.
     """
     return _GatherRows.apply(table, index)
 
