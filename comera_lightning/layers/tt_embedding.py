@@ -32,7 +32,8 @@ class TTEmbedding(TTModule):
     * ``"tables"``: the cores left and right of a split bond are contracted into two small tables
       for all of their row sub-indices (once per call, or once at inference), then each id gathers
       one slice from each and one batched matmul finishes the rows;
-    * ``"chain"``: each id gathers its slice of every core and multiplies them (``tt_rows.py``):
+    * ``"chain"``: each id's row is the product of its slices of every core (``tt_rows.py``; in
+      eager mode the ids are grouped by each middle core's digit, one larger product per slice):
       nothing per call, more per id; the cheaper one when a batch touches few rows of a big table.
 
     With ``deduplicate`` (eager mode) each distinct id is contracted once and its gradient
