@@ -20,8 +20,8 @@ Per workload, in one process (``embedding_timing.py``: interleaved rounds, order
    int8); ``torch.save(state_dict)`` of the DLRM; the DLRM exported through
    ``comera_lightning.export`` (dense-tensor entry point; every system but int8);
 4. the inference models are freed, then one training step per system and round at
-   ``--train-batch`` (forward, BCE, backward, optimizer step): dense fused Adagrad + torch
-   Adagrad on the MLPs, TT torch Adagrad on everything.
+   ``--train-batch`` (forward, BCE, backward, optimizer step): dense fbgemm's fused Adagrad +
+   torch's fused Adagrad on the MLPs, TT torch's fused Adagrad on everything.
 
 Writes ``benchmarks/results/embedding_speed.json`` (host, settings, per-round times) and prints
 markdown. One torch thread by default (the host is shared; see docs/INFERENCE.md, "Threads").
@@ -106,8 +106,8 @@ def run_training(workload: Any, args: argparse.Namespace, result: dict[str, Any]
     batches = workload.batches(args.train_batch, args.warmup + args.rounds, seed=args.seed + 1)
     result["train_batch"] = args.train_batch
     result["train"] = time_training(trainers, batches, args)
-    result["train_optimizers"] = {"dense": "FusedEmbeddingBagCollection EXACT_ADAGRAD (fbgemm) + torch Adagrad (MLPs)",
-                                  **{n: "torch.optim.Adagrad (all parameters)" for n in trainers if n != "dense"}}
+    result["train_optimizers"] = {"dense": "FusedEmbeddingBagCollection EXACT_ADAGRAD (fbgemm) + torch.optim.Adagrad(fused=True) (MLPs)",
+                                  **{n: "torch.optim.Adagrad(fused=True) (all parameters)" for n in trainers if n != "dense"}}
 
 
 def run_workload(name: str, args: argparse.Namespace) -> dict[str, Any]:

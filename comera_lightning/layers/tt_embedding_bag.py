@@ -9,8 +9,9 @@ nothing, stay dense ``nn.Embedding`` weights pooled by the same code. Both live 
 
 Forward in training, per table: the ids of all its features are concatenated, deduplicated in
 eager mode (and counted, for the hot rows), each distinct id is contracted once, and the bags are
-pooled with ``F.embedding_bag`` over those rows (plain torch, no fbgemm). At inference (eval, no
-autograd) all tables are served at once from one hot-row cache (``bag_serving.py``). torchrec is optional:
+pooled over those rows (``bag_pooling.py``: one gather for every feature when each bag holds one
+id; plain torch, no fbgemm). At inference (eval, no autograd) all tables are served at once from
+one hot-row cache (``bag_serving.py``). torchrec is optional:
 importing this module without it raises an ``ImportError`` saying how to install it.
 """
 
@@ -24,12 +25,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from comera_lightning._optional import loaded, require
+from comera_lightning.layers.bag_pooling import gather_single_ids, pool_bags
 from comera_lightning.layers.bag_serving import CollectionCache
 from comera_lightning.layers.bag_tables import EmbeddingBagConfig, PoolingType, concat, config_dtype, dense_table, table_std, validate_tables
 from comera_lightning.layers.inference_cache import caching_allowed
 from comera_lightning.layers.interface import LayerSummary, TensorizedModule
 from comera_lightning.layers.tt_embedding import TTEmbedding
-from comera_lightning.layers.tt_rows import gather_rows, ids_are_checkable
+from comera_lightning.layers.tt_rows import ids_are_checkable
 
 _FEATURE = "TTEmbeddingBagCollection"
 _modules = require("torchrec.modules.embedding_modules", _FEATURE)
@@ -47,30 +49,6 @@ __all__ = ["TTEmbeddingBagCollection", "DEFAULT_MIN_ROWS"]
 # Tables with fewer rows stay dense: their TT form would hardly be smaller and costs more compute.
 DEFAULT_MIN_ROWS = 1000
 INIT_CHOICES = ("svd", "random", "paper")
-
-
-def pool_bags(rows: torch.Tensor, index: torch.Tensor, lengths: torch.Tensor, weights: torch.Tensor | None, *, mean: bool) -> torch.Tensor:
-    """``(len(lengths), dim)``: each bag's (weighted) sum or mean of ``rows[index]``; an empty bag gives 0."""
-    if weights is not None:
-        weights = weights.to(rows.dtype)
-    if rows.requires_grad and rows.device.type == "cpu" and torch.is_grad_enabled():
-        # embedding_bag's CPU backward sorts the ids; a gather and an index_add (whose backwards are
-        # an index_add and a gather) take a third of its time for a training batch (measured).
-        picked = gather_rows(rows, index)
-        if weights is not None:
-            picked = picked * weights.unsqueeze(1)
-        if index.numel() == lengths.numel() and bool((lengths == 1).all()):
-            return picked  # one id per bag (Criteo): pooling is the gather
-        bags = torch.repeat_interleave(torch.arange(lengths.numel(), device=lengths.device), lengths, output_size=index.numel())
-        out = picked.new_zeros(lengths.numel(), rows.shape[1]).index_add(0, bags, picked)
-    else:
-        offsets = torch.cat([lengths.new_zeros(1), lengths.cumsum(0)])
-        # F.embedding_bag supports per-sample weights only for "sum": a weighted mean divides afterwards.
-        mode = "mean" if mean and weights is None else "sum"
-        out = F.embedding_bag(index, rows, offsets, mode=mode, per_sample_weights=weights, include_last_offset=True)
-        if mode == "mean":
-            return out
-    return out / lengths.clamp(min=1).unsqueeze(1).to(out.dtype) if mean else out
 
 
 class TTEmbeddingBagCollection(EmbeddingBagCollectionInterface, TensorizedModule):
@@ -177,30 +155,10 @@ class TTEmbeddingBagCollection(EmbeddingBagCollectionInterface, TensorizedModule
 
     def _gather_single_ids(self, tables: list[tuple[torch.Tensor, torch.Tensor]], lengths: list[torch.Tensor],
                            weights: list[torch.Tensor | None], features: KeyedJaggedTensor) -> torch.Tensor | None:
-        """``(B, Σ dims)`` in one gather when every bag holds one id and the tables are alike; None otherwise (and
-        while compiling or capturing a CUDA graph: checking the bag lengths needs a host sync).
-
-        Then pooling (sum or mean) is the row itself: every table's rows are stacked and one gather in
-        batch-major order writes the output (one id per feature is Criteo's layout). Per-table pooling
-        and a concatenation made up ~30 of the 70 ms of a Criteo-shaped training step at rank 2 (profiled).
-        """
-        rows = [r for r, _ in tables]
-        if (not ids_are_checkable() or features.inverse_indices_or_none() is not None or len(set(self._lengths_per_embedding)) != 1
-                or len({(r.dtype, r.device) for r in rows}) != 1):
+        """All features pooled in one gather where that applies (``bag_pooling.gather_single_ids``), else None."""
+        if features.inverse_indices_or_none() is not None or len(set(self._lengths_per_embedding)) != 1:
             return None
-        all_lengths = torch.cat(lengths)
-        num_features = len(self._embedding_names)
-        if all_lengths.numel() % num_features or not bool((all_lengths == 1).all()):
-            return None
-        batch, offset, indices = all_lengths.numel() // num_features, 0, []
-        for block, index in tables:
-            indices.append(index + offset)
-            offset += block.shape[0]
-        batch_major = torch.cat(indices).view(num_features, batch).t().reshape(-1)
-        out = gather_rows(torch.cat(rows), batch_major)
-        if self._is_weighted:
-            out = out * torch.cat(weights).view(num_features, batch).t().reshape(-1, 1).to(out.dtype)
-        return out.view(batch, -1).to(torch.promote_types(out.dtype, torch.float32))
+        return gather_single_ids(tables, lengths, weights if self._is_weighted else None, len(self._embedding_names))
 
     # ------------------------------------------------------------------ serving (eval, no autograd)
     def _serve_hot_rows(self, features: KeyedJaggedTensor) -> KeyedTensor | None:

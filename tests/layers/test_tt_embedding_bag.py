@@ -298,7 +298,7 @@ def test_the_tables_inside_a_collection_are_not_reported_on_their_own():
 @pytest.mark.parametrize("weighted", [False, True])
 @pytest.mark.parametrize("lengths", [[1, 1, 1, 1, 1], [2, 0, 3, 1, 1]])
 def test_training_pooling_matches_embedding_bag_in_values_and_gradients(mean, weighted, lengths):
-    from comera_lightning.layers.tt_embedding_bag import pool_bags
+    from comera_lightning.layers.bag_pooling import pool_bags
 
     lengths = torch.tensor(lengths)
     index = torch.tensor([3, 0, 3, 5, 1, 2, 2])[: int(lengths.sum())]
