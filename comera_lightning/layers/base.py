@@ -32,6 +32,14 @@ class PruneRecord:
     index: torch.Tensor
 
 
+def _listed(params: nn.ParameterList) -> list[torch.Tensor]:
+    """A ParameterList's tensors, read from its dict (iterating one indexes it item by item, and slicing
+    builds a new ParameterList: lookups ask for ranks and cores several times per call). Falls back to
+    iterating where a wrapper took the tensors out of the dict."""
+    values = list(params._parameters.values())
+    return values if len(values) == len(params) else list(params)
+
+
 def _fresh_parameter(value: torch.Tensor, like: nn.Parameter) -> nn.Parameter:
     """A new Parameter (new autograd identity) holding ``value``.
 
@@ -138,7 +146,7 @@ class TTModule(TensorizedModule):
 
     # ------------------------------------------------------------------ gates and ranks
     def _alive_masks(self) -> list[torch.Tensor]:
-        return [getattr(self, f"alive_{k}") for k in range(len(self.gates))]
+        return [self._buffers[f"alive_{k}"] for k in range(len(self.gates))]
 
     def gate_masks(self) -> list[torch.Tensor]:
         """Boolean mask of the live indices of every bond (on device, no host sync).
@@ -146,18 +154,18 @@ class TTModule(TensorizedModule):
         A NaN gate stays live (``not gate <= threshold``): a numerical fault must show in the
         outputs, not be pruned away as if the rank had died.
         """
-        return [alive & ~(gate <= self.gate_threshold) for alive, gate in zip(self._alive_masks(), self.gates)]
+        return [alive & ~(gate <= self.gate_threshold) for alive, gate in zip(self._alive_masks(), _listed(self.gates))]
 
     def bond_scales(self) -> list[torch.Tensor]:
         """Each bond's masked gate in the cores' dtype: the scale of core ``k``'s right rank axis."""
         masks = self.gate_masks()
         if self.training and not torch.compiler.is_compiling():  # compiled: the trainer latches (rank.latch_dead_gates_)
             self._latch(masks)
-        return [(gate * mask).to(core.dtype) for core, gate, mask in zip(self.cores, self.gates, masks)]
+        return [(gate * mask).to(core.dtype) for core, gate, mask in zip(_listed(self.cores), _listed(self.gates), masks)]
 
     def gated_cores(self) -> list[torch.Tensor]:
         """Cores with each bond's masked gate folded into the core on its left."""
-        cores = list(self.cores)
+        cores = _listed(self.cores)
         for k, scale in enumerate(self.bond_scales()):
             cores[k] = cores[k] * scale
         return cores
@@ -190,7 +198,7 @@ class TTModule(TensorizedModule):
     @property
     def physical_ranks(self) -> tuple[int, ...]:
         """Bond ranks as stored (what compute and memory pay for)."""
-        return tuple(core.shape[-1] for core in self.cores[:-1])
+        return tuple(core.shape[-1] for core in _listed(self.cores)[:-1])
 
     @property
     def ranks(self) -> tuple[int, ...]:
