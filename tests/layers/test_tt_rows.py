@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from comera_lightning import TTEmbedding
+from comera_lightning.layers import tt_rows
 from comera_lightning.layers.tt_rows import chain_rows, contract_rows, grouped_chain_rows
 
 
@@ -35,7 +36,10 @@ def _rows_and_grads(contract, cores, scales, row_modes, ids, upstream):
 
 
 @pytest.mark.parametrize("row_modes, col_modes", [((9, 8, 7), (4, 2, 2)), ((5, 6, 4, 3), (2, 3, 1, 2)), ((6, 5, 7), (1, 3, 2))])
-def test_grouped_rows_and_gradients_equal_the_per_id_chain(row_modes, col_modes):
+def test_grouped_rows_and_gradients_equal_the_per_id_chain(row_modes, col_modes, monkeypatch):
+    grouped_cores = []
+    product = tt_rows._grouped_product
+    monkeypatch.setattr(tt_rows, "_grouped_product", lambda x, core, *rest: grouped_cores.append(core) or product(x, core, *rest))
     cores = _cores(row_modes, col_modes, rank=5)
     rows_total = torch.tensor(row_modes).prod().item()
     ids = torch.cat([torch.randperm(rows_total, generator=torch.Generator().manual_seed(1))[:150], torch.tensor([0, rows_total - 1])])
@@ -43,13 +47,15 @@ def test_grouped_rows_and_gradients_equal_the_per_id_chain(row_modes, col_modes)
     scales = _scales(cores)
     expected = _rows_and_grads(_per_id, cores, scales, row_modes, ids, upstream)
     grouped = _rows_and_grads(grouped_chain_rows, cores, scales, row_modes, ids, upstream)
+    assert len(grouped_cores) == len(cores) - 2  # every middle core went by digit groups
     torch.testing.assert_close(grouped[0], expected[0], atol=1e-12, rtol=0)
     for got, want in zip(grouped[1], expected[1]):
         torch.testing.assert_close(got, want, atol=1e-12, rtol=0)
 
 
 @pytest.mark.parametrize("ids", [[17], [i1 * 56 + i3 for i1 in range(9) for i3 in range(7)]], ids=["one id", "one middle digit"])
-def test_digits_too_sparse_or_skewed_to_group_take_per_id_products(ids):
+def test_digits_too_sparse_or_skewed_to_group_take_per_id_products(ids, monkeypatch):
+    monkeypatch.setattr(tt_rows, "_grouped_product", lambda *args: pytest.fail("grouped where padding dominates"))
     row_modes, col_modes = (9, 8, 7), (4, 2, 2)
     cores = _cores(row_modes, col_modes, rank=3)
     scales = _scales(cores)
