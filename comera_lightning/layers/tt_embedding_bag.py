@@ -21,7 +21,6 @@ import dataclasses
 from collections.abc import Sequence
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from comera_lightning._optional import loaded, require
