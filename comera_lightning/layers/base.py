@@ -123,12 +123,10 @@ class TTModule(TensorizedModule):
     def state_tensors(self) -> list[torch.Tensor]:
         """The cores, gates and ``alive`` masks: every tensor a cached contraction depends on.
 
-        Read from the modules' dicts: iterating a ``ParameterList`` (or ``Module.__getattr__``) costs
-        more than the check it serves, which runs on every served batch.
+        Read from the modules' dicts (``_listed``): iterating a ``ParameterList`` costs more than the
+        check it serves, which runs on every served batch.
         """
-        modules, buffers = self._modules, self._buffers
-        return [*modules["cores"]._parameters.values(), *modules["gates"]._parameters.values(),
-                *[buffers[f"alive_{k}"] for k in range(len(modules["gates"]._parameters))]]
+        return [*_listed(self.cores), *_listed(self.gates), *self._alive_masks()]
 
     def clear_inference_cache(self) -> None:
         """Drop the cached factors (they are rebuilt on the next inference call)."""

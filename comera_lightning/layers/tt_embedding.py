@@ -14,7 +14,7 @@ from comera_lightning.layers.hot_rows import HotRowIndex, IdCounter, default_cac
 from comera_lightning.layers.inference_cache import caching_allowed
 from comera_lightning.layers.interface import LayerSummary, format_modes
 from comera_lightning.layers.shapes import balance_halves, bond_rank_caps, factorize, prod
-from comera_lightning.layers.tt_rows import chain_cost_per_id, contract_rows, grouped_cost_per_id, ids_are_checkable
+from comera_lightning.layers.tt_rows import chain_cost_per_id, chain_rows, grouped_chain_rows, grouped_cost_per_id, ids_are_checkable
 
 __all__ = ["LOOKUPS", "TTEmbedding"]
 
@@ -214,7 +214,7 @@ class TTEmbedding(TTModule):
             sizes = [n * m for n, m in zip(self.row_modes, self.col_modes)]
             tables += chain_cost(bonds[: split + 1], sizes[:split]) + chain_cost(bonds[split:], sizes[split:])
         shapes = [tuple(c.shape) for c in self.cores]
-        per_id = grouped_cost_per_id(shapes) if ids_are_checkable() else chain_cost_per_id(shapes)  # (contract_rows' choice)
+        per_id = grouped_cost_per_id(shapes) if ids_are_checkable() else chain_cost_per_id(shapes)  # (the chain lookup's choice)
         return num_ids * per_id < tables
 
     def lookup(self, ids: torch.Tensor) -> torch.Tensor:
@@ -223,7 +223,9 @@ class TTEmbedding(TTModule):
             return self.dead_output((ids.numel(), self.embedding_dim), self.cores[0].new_zeros(()))  # ids carry no gradient
         split = self.best_split(ids.numel())  # (the tables' cost keeps them small, also when cached)
         if self.uses_chain(ids.numel(), split):
-            return contract_rows(list(self.cores), self.bond_scales(), self.row_modes, ids)[:, : self.embedding_dim]
+            if ids_are_checkable() and ids.numel():  # eager: by digit groups (the groups' sizes need a host sync)
+                return grouped_chain_rows(list(self.cores), self.bond_scales(), self.row_modes, ids)[:, : self.embedding_dim]
+            return chain_rows(self.gated_cores(), self.row_modes, ids)[:, : self.embedding_dim]
         left, right = self.cached(("half_tables", split), lambda: self.half_tables(split))
         n_right = right.shape[0]
         # F.embedding gathers with a much faster backward than advanced indexing on CPU.

@@ -155,7 +155,7 @@ class TTEmbeddingBagCollection(EmbeddingBagCollectionInterface, TensorizedModule
     def _gather_single_ids(self, tables: list[tuple[torch.Tensor, torch.Tensor]], lengths: list[torch.Tensor],
                            weights: list[torch.Tensor | None], features: KeyedJaggedTensor) -> torch.Tensor | None:
         """All features pooled in one gather where that applies (``bag_pooling.gather_single_ids``), else None."""
-        if features.inverse_indices_or_none() is not None or len(set(self._lengths_per_embedding)) != 1:
+        if features.inverse_indices_or_none() is not None:  # (tables of unlike widths: gather_single_ids declines)
             return None
         return gather_single_ids(tables, lengths, weights if self._is_weighted else None, len(self._embedding_names))
 

@@ -11,8 +11,8 @@ Two ways to multiply the chain: :func:`chain_rows` (one small product per id and
 the one exported programs use) and :func:`grouped_chain_rows`, which groups the ids by each
 middle core's digit so that every slice of that core multiplies all of its ids in one larger product
 (a padded batched matmul whose core gradient needs no scatter): 1.5-2.5x faster forward and backward
-for a training step's thousand-odd distinct ids on CPU (measured), and it needs a host sync.
-:func:`contract_rows` picks.
+for a training step's thousand-odd distinct ids on CPU (measured), and it needs a host sync
+(``TTEmbedding.lookup`` takes it in eager mode).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 
-__all__ = ["chain_cost_per_id", "chain_rows", "contract_rows", "gather_rows", "grouped_chain_rows", "grouped_cost_per_id",
+__all__ = ["chain_cost_per_id", "chain_rows", "gather_rows", "grouped_chain_rows", "grouped_cost_per_id",
            "ids_are_checkable", "row_digits"]
 
 #: A middle core is multiplied by digit groups while its padded groups hold at most this many times
@@ -162,14 +162,3 @@ def grouped_chain_rows(cores: Sequence[torch.Tensor], scales: Sequence[torch.Ten
             y = _per_id_product(x * scales[k], core, digit)
         x = y.permute(0, 3, 1, 2).reshape(n, -1, core.shape[0])  # rows (b, tail): the column digits so far, first core's first
     return x.reshape(n, -1)
-
-
-def contract_rows(cores: Sequence[torch.Tensor], scales: Sequence[torch.Tensor], row_modes: Sequence[int],
-                  ids: torch.Tensor) -> torch.Tensor:
-    """The rows of ``ids`` for ``cores`` whose right rank axes ``scales`` scale (one per bond).
-
-    By digit groups where that is possible and pays (eager, enough ids), else per id.
-    """
-    if ids_are_checkable() and ids.numel():
-        return grouped_chain_rows(cores, scales, row_modes, ids)
-    return chain_rows([core * scale for core, scale in zip(cores, scales)] + list(cores[len(scales):]), row_modes, ids)

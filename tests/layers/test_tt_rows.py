@@ -5,7 +5,7 @@ import torch
 
 from comera_lightning import TTEmbedding
 from comera_lightning.layers import tt_rows
-from comera_lightning.layers.tt_rows import chain_rows, contract_rows, grouped_chain_rows
+from comera_lightning.layers.tt_rows import chain_rows, grouped_chain_rows
 
 
 def _cores(row_modes, col_modes, rank, seed=0):
@@ -62,7 +62,7 @@ def test_digits_too_sparse_or_skewed_to_group_take_per_id_products(ids, monkeypa
     ids = torch.tensor(ids)
     upstream = torch.randn(ids.numel(), 16, dtype=torch.float64)
     expected = _rows_and_grads(_per_id, cores, scales, row_modes, ids, upstream)
-    got = _rows_and_grads(contract_rows, cores, scales, row_modes, ids, upstream)
+    got = _rows_and_grads(grouped_chain_rows, cores, scales, row_modes, ids, upstream)
     for a, b in zip([got[0], *got[1]], [expected[0], *expected[1]]):
         torch.testing.assert_close(a, b, atol=1e-12, rtol=0)
 
