@@ -11,7 +11,7 @@ def _time_cell(measure: dict[str, Any] | None, system: str) -> str:
     if not measure or system not in measure["ms_median"]:
         return "–"
     ms = measure["ms_median"][system]
-    ratio = measure.get("dense_over", {}).get(system)
+    ratio = measure.get("dense_over_paired", measure.get("dense_over", {})).get(system)
     return f"{ms:.3f}" + (f" ({ratio:.2f}×)" if ratio is not None else "")
 
 
@@ -56,7 +56,8 @@ def markdown(report: dict[str, Any], systems: tuple[str, ...]) -> str:
     host = report["host"]
     lines = [f"## Embedding speed (issue #28): {host['cpu']}, torch {host['torch']}, {host['threads']} thread(s), "
              f"{host['date']}", "",
-             "Median ms per call over interleaved rounds; (N×) = dense ms / system ms, or dense bytes / system bytes "
+             "Median ms per call over interleaved rounds; (N×) = the median over rounds of that round's dense ms / system ms "
+             "or dense bytes / system bytes "
              "(above 1: better than the dense tables). Serving MB: TT `inference_bytes()`, dense and int8 "
              "parameters+buffers, after the timed inference.", ""]
     for name, result in report["workloads"].items():

@@ -3,7 +3,9 @@
 A round calls each system ``calls_per_round(batch)`` times in a row (32 calls at batch 1, one
 at 4,096) on that round's batches, the same batches for every system; a round's time is the
 mean per call. The first ``warmup`` rounds are not kept. Ratios are dense ms / system ms
-(above 1: the system is faster than the dense tables).
+(above 1: the system is faster than the dense tables): ``dense_over`` of the medians, and
+``dense_over_paired`` the median of each round's own ratio (the two calls minutes apart on a shared
+host drift together; a round's pair does not).
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ def interleave(calls: dict[str, Callable[[int], Any]], rounds: int, warmup: int,
     result: dict[str, Any] = {"ms_median": medians, "ms_rounds": times, "calls_per_round": per_round}
     if "dense" in medians:
         result["dense_over"] = {name: medians["dense"] / ms for name, ms in medians.items() if name != "dense"}
+        result["dense_over_paired"] = {name: statistics.median(d / t for d, t in zip(times["dense"], times[name]))
+                                       for name in names if name != "dense"}
     return result
 
 

@@ -33,7 +33,10 @@ def test_every_system_is_timed_or_says_why_not(report):
                 medians = measures[measure]["ms_median"]
                 assert set(medians) == set(present) and all(ms > 0 for ms in medians.values()), (name, batch, measure)
                 assert all(len(t) == report["settings"]["rounds"] for t in measures[measure]["ms_rounds"].values())
-                assert set(measures[measure]["dense_over"]) == set(present) - {"dense"}
+                assert set(measures[measure]["dense_over"]) == set(measures[measure]["dense_over_paired"]) == set(present) - {"dense"}
+                rounds = measures[measure]["ms_rounds"]
+                paired = sorted(d / t for d, t in zip(rounds["dense"], rounds["tt"]))
+                assert paired[0] <= measures[measure]["dense_over_paired"]["tt"] <= paired[-1]
         trained = set(result["train"]["ms_median"])
         assert trained == set(present) - {"int8", "tt_pruned"} and all(ms > 0 for ms in result["train"]["ms_median"].values())
         assert all(b > 0 for b in result["serving_bytes"].values()) and set(result["serving_bytes"]) == set(present)
