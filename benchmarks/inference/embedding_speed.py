@@ -15,7 +15,8 @@ Per workload, in one process (``embedding_timing.py``: interleaved rounds, order
    another seed, or MovieLens's train split), then the first eval forward of each collection is
    timed alone (``first call ms``: where TT builds its serving cache);
 2. ``lookup``: the collection's forward alone, and ``dlrm``: the whole DLRM, both eval +
-   ``torch.inference_mode()``, at every ``--batches`` size;
+   ``torch.inference_mode()``, at every ``--batches`` size; every system and measure on its own
+   copy of the batches (same ids: a ``KeyedJaggedTensor`` caches its offsets on first use);
 3. bytes after the timed inference: ``inference_bytes()`` (TT) or parameters+buffers (dense,
    int8); ``torch.save(state_dict)`` of the DLRM; the DLRM exported through
    ``comera_lightning.export`` (dense-tensor entry point; every system but int8);
@@ -90,12 +91,12 @@ def run_inference(workload: Any, args: argparse.Namespace, result: dict[str, Any
     result["counted_with"] = {name: systems.count_ids(systems.collection_of(m), counts)
                               for name, m in models.items() if name.startswith("tt")}
     del counts
-    result["first_call_ms"] = first_calls(models, workload.batches(1, 1, seed=args.seed + 2)[0])
+    result["first_call_ms"] = first_calls(models, lambda: workload.batches(1, 1, seed=args.seed + 2)[0])
     result["inference"] = {}
     for batch in args.batches:
         log(f"{workload.name}: inference at batch {batch} ...")
-        timed = workload.batches(batch, (args.warmup + args.rounds) * calls_per_round(batch), seed=args.seed + 1)
-        result["inference"][str(batch)] = time_inference(models, timed, args, batch)
+        count = (args.warmup + args.rounds) * calls_per_round(batch)
+        result["inference"][str(batch)] = time_inference(models, lambda: workload.batches(batch, count, seed=args.seed + 1), args, batch)
     measure_sizes(models, workload, args, result)
     result["peak_rss_after_inference"] = rss_peak()
 
@@ -103,9 +104,8 @@ def run_inference(workload: Any, args: argparse.Namespace, result: dict[str, Any
 def run_training(workload: Any, args: argparse.Namespace, result: dict[str, Any]) -> None:
     log(f"{workload.name}: training steps at batch {args.train_batch} ...")
     trainers = systems.build_training(workload, args)
-    batches = workload.batches(args.train_batch, args.warmup + args.rounds, seed=args.seed + 1)
     result["train_batch"] = args.train_batch
-    result["train"] = time_training(trainers, batches, args)
+    result["train"] = time_training(trainers, lambda: workload.batches(args.train_batch, args.warmup + args.rounds, seed=args.seed + 1), args)
     result["train_optimizers"] = {"dense": "FusedEmbeddingBagCollection EXACT_ADAGRAD (fbgemm) + torch.optim.Adagrad(fused=True) (MLPs)",
                                   **{n: "torch.optim.Adagrad(fused=True) (all parameters)" for n in trainers if n != "dense"}}
 

@@ -44,23 +44,28 @@ def interleave(calls: dict[str, Callable[[int], Any]], rounds: int, warmup: int,
     return result
 
 
-def time_inference(models: dict[str, Any], batches: list[Any], args: Any, batch: int) -> dict[str, Any]:
-    """The collections' forward alone (``lookup``) and the whole DLRM (``dlrm``), eval + ``inference_mode``."""
+def time_inference(models: dict[str, Any], fresh_batches: Callable[[], list[Any]], args: Any, batch: int) -> dict[str, Any]:
+    """The collections' forward alone (``lookup``) and the whole DLRM (``dlrm``), eval + ``inference_mode``.
+
+    Every system and measure gets its own copy of the batches (``fresh_batches()``, the same ids):
+    a ``KeyedJaggedTensor`` computes its offsets and lengths on first use and keeps them, so a shared
+    batch would charge that work (0.5-0.7 ms at batch 1, measured) to whichever system met it first.
+    """
     import torch
 
     from benchmarks.inference.embedding_systems import collection_of
 
     per_round = calls_per_round(batch)
-    lookups = {name: (lambda i, c=collection_of(m): c(batches[i].sparse)) for name, m in models.items()}
-    dlrms = {name: (lambda i, m=m: m(dense_features=batches[i].dense, sparse_features=batches[i].sparse))
+    lookups = {name: (lambda i, c=collection_of(m), b=fresh_batches(): c(b[i].sparse)) for name, m in models.items()}
+    dlrms = {name: (lambda i, m=m, b=fresh_batches(): m(dense_features=b[i].dense, sparse_features=b[i].sparse))
              for name, m in models.items()}
     with torch.inference_mode():
         return {"lookup": interleave(lookups, args.rounds, args.warmup, per_round),
                 "dlrm": interleave(dlrms, args.rounds, args.warmup, per_round)}
 
 
-def first_calls(models: dict[str, Any], batch: Any) -> dict[str, float]:
-    """ms of each collection's first eval-mode forward (where a TT collection builds its serving cache)."""
+def first_calls(models: dict[str, Any], fresh_batch: Callable[[], Any]) -> dict[str, float]:
+    """ms of each collection's first eval-mode forward (where a TT collection builds its serving cache), each on its own batch."""
     import torch
 
     from benchmarks.inference.embedding_systems import collection_of
@@ -68,23 +73,24 @@ def first_calls(models: dict[str, Any], batch: Any) -> dict[str, float]:
     out = {}
     with torch.inference_mode():
         for name, model in models.items():
+            batch = fresh_batch()
             tick = time.perf_counter()
             collection_of(model)(batch.sparse)
             out[name] = 1e3 * (time.perf_counter() - tick)
     return out
 
 
-def time_training(systems: dict[str, tuple[Any, Any]], batches: list[Any], args: Any) -> dict[str, Any]:
-    """One training step (forward, BCE, backward, optimizer step) of each system per round, interleaved."""
+def time_training(systems: dict[str, tuple[Any, Any]], fresh_batches: Callable[[], list[Any]], args: Any) -> dict[str, Any]:
+    """One training step (forward, BCE, backward, optimizer step) of each system per round, interleaved, each on its own batches."""
     from benchmarks.training.dlrm_systems import train_step
 
     losses: dict[str, list[float]] = {name: [] for name in systems}
 
-    def step(name: str, i: int) -> None:
+    def step(name: str, batches: list[Any], i: int) -> None:
         model, optimizer = systems[name]
         losses[name].append(train_step(model, optimizer, batches[i]))
 
-    calls = {name: (lambda i, name=name: step(name, i)) for name in systems}
+    calls = {name: (lambda i, name=name, b=fresh_batches(): step(name, b, i)) for name in systems}
     result = interleave(calls, args.rounds, args.warmup, 1)
     result["losses"] = losses
     return result
