@@ -56,7 +56,7 @@ def markdown(report: dict[str, Any], systems: tuple[str, ...]) -> str:
     host = report["host"]
     lines = [f"## Embedding speed (issue #28): {host['cpu']}, torch {host['torch']}, {host['threads']} thread(s), "
              f"{host['date']}", "",
-             "Median ms per call over interleaved rounds; (N×) = the median over rounds of that round's dense ms / system ms "
+             "Median ms per call over interleaved rounds; (N×) = the median over rounds of that round's dense ms / system ms, "
              "or dense bytes / system bytes "
              "(above 1: better than the dense tables). Serving MB: TT `inference_bytes()`, dense and int8 "
              "parameters+buffers, after the timed inference.", ""]

@@ -1,8 +1,8 @@
 """Interleaved timing for ``embedding_speed.py``: every system once per round, order rotated, medians of rounds.
 
 A round calls each system ``calls_per_round(batch)`` times in a row (32 calls at batch 1, one
-at 4,096) on that round's batches, the same batches for every system; a round's time is the
-mean per call. The first ``warmup`` rounds are not kept. Ratios are dense ms / system ms
+at 4,096) on that round's batches (the same ids for every system, each on its own copy); a round's
+time is the mean per call. The first ``warmup`` rounds are not kept. Ratios are dense ms / system ms
 (above 1: the system is faster than the dense tables): ``dense_over`` of the medians, and
 ``dense_over_paired`` the median of each round's own ratio (the two calls minutes apart on a shared
 host drift together; a round's pair does not).

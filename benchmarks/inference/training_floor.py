@@ -9,12 +9,14 @@ interleaved rounds (``embedding_timing.interleave``). Per round, each system onc
   forward + backward + ``Adagrad(fused=True)`` step;
 * ``floor_rR``: for every table ``tt`` stores as a train, only the arithmetic no TT lookup can skip,
   in its cheapest form: each distinct id of the batch (deduplicated before the clock starts) through
-  a **two-core** train of rank R (one ``F.embedding`` gather from each core, faster here than the
-  package's ``gather_rows`` side by side, and one batched matmul: 512 multiply-adds per id at rank
-  32), forward + backward. No deduplication, pooling, gates or optimizer step.
+  a **two-core** train of rank R (one ``F.embedding`` gather from each core, one batched matmul:
+  16·R multiply-adds per id, the fewest of any TT form of 16-wide rows), forward + backward. No
+  deduplication, pooling, gates or optimizer step. The cheapest torch ops we found for it (measured
+  side by side: the package's ``gather_rows``, a broadcast multiply-and-sum, ``einsum`` and
+  ``torch.compile`` of the same lookup were no faster).
 
-Where ``floor`` is slower than ``dense``, no pure-torch TT collection at that rank can train as fast
-as fbgemm's fused tables on this host, however its other work is arranged.
+Where ``floor`` is slower than ``dense``, a TT collection made of torch ops cannot train as fast as
+fbgemm's fused tables at that rank on this host, however its other work is arranged.
 
     OMP_NUM_THREADS=1 .venv/bin/python -m benchmarks.inference.training_floor [--ranks 32,8,2] [--rounds 9] [--quick] [--out PATH]
 
