@@ -14,15 +14,10 @@ what a compiled extension could buy.
 
 from __future__ import annotations
 
-import argparse
-import json
-from pathlib import Path
 from typing import Any
 
 from benchmarks.inference.embedding_timing import interleave
-from benchmarks.inference.embedding_workloads import make_workload
-from benchmarks.inference.training_floor import MIN_ROWS, TwoCoreFloor, distinct_tt_ids
-from benchmarks.probes import RESULTS, command_line, machine_basics
+from benchmarks.inference.training_floor import TwoCoreFloor, backward_of, criteo_batches, floor_parser, fused_dense, tt_sizes, write_report
 
 RANKS = (2, 4, 8, 16, 32)  # the ranks the kernel is compiled for (a template each)
 
@@ -92,68 +87,40 @@ def build_kernel() -> tuple[Any, type]:
     return kernel, NativeRows
 
 
-def native_step(floor: TwoCoreFloor, native_rows: type, ids: list[Any]) -> None:
-    """``floor.step`` with the native kernel instead of gathers and ``bmm`` (the same cores, the same rows)."""
-    import torch
-
-    outputs = [native_rows.apply(left, right, i // n2, i % n2, floor.rank) for (n2, left, right), i in zip(floor.cores, ids)]
-    torch.autograd.backward(outputs, [torch.ones_like(o) for o in outputs])
-    for _, left, right in floor.cores:
-        left.grad = right.grad = None
-
-
 def check_equal(floor: TwoCoreFloor, native_rows: type, ids: Any) -> float:
     """Largest difference between the native rows (and left-core gradient) and the torch floor's, on one table."""
     import torch
-    import torch.nn.functional as F
 
     n2, left, right = floor.cores[0]
-    torch_rows = torch.bmm(F.embedding(ids // n2, left).view(-1, 4, floor.rank), F.embedding(ids % n2, right).view(-1, floor.rank, 4))
+    expected_rows = floor.torch_rows(n2, left, right, ids).view(-1, 16)
     ours = native_rows.apply(left, right, ids // n2, ids % n2, floor.rank)
     grad = torch.randn_like(ours)
-    (expected,) = torch.autograd.grad(torch_rows.view(-1, 16), left, grad)
+    (expected,) = torch.autograd.grad(expected_rows, left, grad)
     (got,) = torch.autograd.grad(ours, left, grad)
-    return max(float((torch_rows.view(-1, 16) - ours).detach().abs().max()), float((expected - got).abs().max()))
+    return max(float((expected_rows - ours).detach().abs().max()), float((expected - got).abs().max()))
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--ranks", default="32,8")
-    parser.add_argument("--batch", type=int, default=4096)
-    parser.add_argument("--rounds", type=int, default=9)
-    parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--quick", action="store_true", help="Criteo tables capped at QUICK_MAX_ROWS rows (the test)")
-    parser.add_argument("--out", type=Path, default=RESULTS / "native_floor.json")
+    parser = floor_parser(__doc__.splitlines()[0], "32,8", "native_floor.json")
     args = parser.parse_args(argv)
-    ranks = [int(r) for r in args.ranks.split(",")]
-    if not set(ranks) <= set(RANKS):
+    args.ranks = [int(r) for r in args.ranks.split(",")]
+    if not set(args.ranks) <= set(RANKS):
         parser.error(f"--ranks must be among {RANKS} (the ranks the kernel is compiled for)")
-    import torch
-    from torchrec.modules.fused_embedding_modules import FusedEmbeddingBagCollection
-
-    torch.set_num_threads(1)
     _, native_rows = build_kernel()
-    workload = make_workload("criteo", quick=args.quick)
-    batches = workload.batches(args.batch, args.warmup + args.rounds, seed=1)
-    distinct = [distinct_tt_ids(batch, workload.table_sizes) for batch in batches]
-    dense = FusedEmbeddingBagCollection(workload.configs(16), optimizer_type=torch.optim.Adagrad,
-                                        optimizer_kwargs={"lr": 0.01}, device=torch.device("cpu"))
-    calls = {"dense": lambda i: dense(batches[i].sparse).values().backward(torch.ones(args.batch, 26 * 16))}
+    workload, batches, distinct = criteo_batches(args)
+    dense = fused_dense(workload.configs(16))
+    calls = {"dense": lambda i: backward_of(dense, batches[i])}
     differences = {}
-    for rank in ranks:
-        floor = TwoCoreFloor([n for n in workload.table_sizes if n >= MIN_ROWS], rank, seed=0)
+    for rank in args.ranks:
+        floor = TwoCoreFloor(tt_sizes(workload), rank, args.seed)
         differences[rank] = check_equal(floor, native_rows, distinct[0][0])
+
+        def native(n2: int, left: Any, right: Any, ids: Any, rank: int = rank) -> Any:
+            return native_rows.apply(left, right, ids // n2, ids % n2, rank)
+
         calls[f"torch_r{rank}"] = lambda i, floor=floor: floor.step(distinct[i])
-        calls[f"native_r{rank}"] = lambda i, floor=floor: native_step(floor, native_rows, distinct[i])
-    timed = interleave(calls, args.rounds, args.warmup, 1)
-    report = {"host": {**machine_basics(), "torch": torch.__version__, "threads": 1}, "command": command_line(),
-              "settings": {"ranks": ranks, "batch": args.batch, "rounds": args.rounds, "warmup": args.warmup},
-              "max_difference_vs_torch": differences, **timed}
-    args.out.write_text(json.dumps(report, indent=1, default=str))
-    for name, ms in timed["ms_median"].items():
-        ratio = timed["dense_over_paired"].get(name)
-        print(f"{name:10s} {ms:8.2f} ms" + (f"   dense/{name} {ratio:.2f}x" if ratio is not None else ""))
-    return report
+        calls[f"native_r{rank}"] = lambda i, floor=floor, native=native: floor.step(distinct[i], native)
+    return write_report(args, interleave(calls, args.rounds, args.warmup, 1), max_difference_vs_torch=differences)
 
 
 if __name__ == "__main__":

@@ -107,13 +107,12 @@ def chain_rows(cores: Sequence[torch.Tensor], row_modes: Sequence[int], ids: tor
     return rows.squeeze(-1)
 
 
-def _rank_in_group(digit: torch.Tensor, groups: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Each id's rank among the ids of its digit, and the largest group's size (0-d); an id's slot is ``digit * width + rank``."""
-    counts = torch.bincount(digit, minlength=groups)
+def _rank_in_group(digit: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+    """Each id's rank among the ids of its digit (``counts``: ids per digit); an id's slot is ``digit * width + rank``."""
     order = torch.argsort(digit, stable=True)
     rank = torch.empty_like(order)
     rank[order] = torch.arange(digit.numel(), device=digit.device) - (counts.cumsum(0) - counts)[digit[order]]
-    return rank, counts.max()
+    return rank
 
 
 def _grouped_product(x: torch.Tensor, core: torch.Tensor, digit: torch.Tensor, rank: torch.Tensor, width: int) -> torch.Tensor:
@@ -149,15 +148,16 @@ def grouped_chain_rows(cores: Sequence[torch.Tensor], scales: Sequence[torch.Ten
     """
     n = ids.numel()
     digits = row_digits(ids, row_modes)
-    # The middle cores' groups; the first core's products, (m_1, r_1) @ (r_1, tail), are too thin to gain (measured).
-    groups = {k: _rank_in_group(digits[k], cores[k].shape[1]) for k in range(1, len(cores) - 1)}
-    widths = dict(zip(groups, torch.stack([width for _, width in groups.values()]).tolist())) if groups else {}
+    # The middle cores' group sizes (one host sync for all); the first core's products, (m_1, r_1) @ (r_1, tail),
+    # are too thin to gain (measured).
+    counts = {k: torch.bincount(digits[k], minlength=cores[k].shape[1]) for k in range(1, len(cores) - 1)}
+    widths = dict(zip(counts, torch.stack([c.max() for c in counts.values()]).tolist())) if counts else {}
     last = cores[-1]  # (q, n_d, m_d, 1): each id's slice as rows (column digit) of length q
     x = F.embedding(digits[-1], last[..., 0].permute(1, 2, 0).reshape(last.shape[1], -1)).view(n, last.shape[2], last.shape[0])
     for k in reversed(range(len(cores) - 1)):
         core, digit = cores[k], digits[k]
-        if k in groups and core.shape[1] * widths[k] <= MAX_GROUP_PADDING * n:
-            y = _grouped_product(x * scales[k], core, digit, groups[k][0], widths[k])  # (n, tail, p, b)
+        if k in widths and core.shape[1] * widths[k] <= MAX_GROUP_PADDING * n:
+            y = _grouped_product(x * scales[k], core, digit, _rank_in_group(digit, counts[k]), widths[k])  # (n, tail, p, b)
         else:
             y = _per_id_product(x * scales[k], core, digit)
         x = y.permute(0, 3, 1, 2).reshape(n, -1, core.shape[0])  # rows (b, tail): the column digits so far, first core's first
