@@ -1,9 +1,11 @@
 """``export``: a trained tensorized model as a plain-PyTorch ``torch.export.ExportedProgram``.
 
-The program holds every TT layer in its cheapest inference form (``forms.py``: two
-low-rank factors or the cores for a linear layer, the cores and hot rows for an embedding) and nothing of
-comera_lightning, Lightning or TorchRec: ``torch.export.load(path).module()(*inputs)`` runs
-with torch alone. docs/INFERENCE.md has the forms, the tolerance and the measured sizes and speeds.
+The program holds every TT layer in the inference form ``prefer`` chooses (``choice.py``): by default
+the smallest, so a model compressed in training stays compressed (its cores; hot rows only when
+``hot_rows`` asks for them); ``prefer="speed"`` expands small tables and layers where that measured
+faster. It holds nothing of comera_lightning, Lightning or TorchRec: ``torch.export.load(path).module()(*inputs)``
+runs with torch alone. ``export_with_report`` also returns the per-layer table (``ExportReport``).
+docs/INFERENCE.md has the forms, the tolerance and the measured sizes and speeds.
 """
 
 from __future__ import annotations
@@ -18,32 +20,35 @@ from typing import Any
 import torch
 from torch import nn
 
+from comera_lightning.export.choice import PREFER, check_choice, embedding_form, linear_form
 from comera_lightning.export.dlrm import dense_input_dlrm, is_dlrm
-from comera_lightning.export.forms import embedding_form, linear_form
+from comera_lightning.export.report import ExportReport, LayerForm, module_bytes, tensor_bytes
 from comera_lightning.layers import TTEmbedding, TTLinear, TTModule
 from comera_lightning.rank import tt_layers
 
-__all__ = ["export", "inference_copy"]
+__all__ = ["PREFER", "ExportReport", "LayerForm", "export", "export_with_report", "inference_copy"]
 
 log = logging.getLogger(__name__)
 
 
-def inference_copy(model: nn.Module, example_inputs: Sequence[Any] = ()) -> nn.Module:
-    """A copy of ``model`` in eval mode, dead ranks pruned, every TT layer in its inference form; ``model`` is untouched.
+def inference_copy(model: nn.Module, example_inputs: Sequence[Any] = (), prefer: str = "size",
+                   hot_rows: bool | int | None = None) -> tuple[nn.Module, list[LayerForm]]:
+    """A copy of ``model`` in eval mode, dead ranks pruned, every TT layer in its inference form, and those forms.
 
-    ``example_inputs`` (run once through the copy) give each ``TTLinear`` the number of rows it
-    sees per call, which decides between cores and factors (``forms.py``).
-    A ``DLRMClassifier`` (or a TorchRec ``DLRM``) becomes its dense-tensor entry point
+    ``model`` is untouched. With ``prefer="speed"``, ``example_inputs`` (run once through the copy) give
+    each ``TTLinear`` the number of rows it sees per call, which decides between cores and factors
+    (``choice.py``). A ``DLRMClassifier`` (or a TorchRec ``DLRM``) becomes its dense-tensor entry point
     (``dlrm.DenseInputDLRM``): ``(dense (B, num_dense), ids (B, features, L))``, -1 = no id.
     """
+    check_choice(prefer, hot_rows)
     if is_dlrm(model):
-        return dense_input_dlrm(model)
+        return dense_input_dlrm(model, prefer, hot_rows)
     trainer = getattr(model, "_trainer", None)
     plain = copy.deepcopy(model, {id(trainer): None} if trainer is not None else {}).eval()
     for _, layer in tt_layers(plain):
         layer.prune_()  # dead indices (gates at or below the threshold) carry nothing: slice them out
-    replace_tt_layers_(plain, _rows_per_call(plain, example_inputs) if example_inputs else {})
-    return plain
+    rows = _rows_per_call(plain, example_inputs) if example_inputs and prefer == "speed" else {}
+    return plain, replace_tt_layers_(plain, rows, prefer, hot_rows)
 
 
 def _rows_per_call(model: nn.Module, example_inputs: Sequence[Any]) -> dict[str, int]:
@@ -64,19 +69,21 @@ def _rows_per_call(model: nn.Module, example_inputs: Sequence[Any]) -> dict[str,
     return rows
 
 
-def replace_tt_layers_(module: nn.Module, rows: dict[str, int] | None = None) -> None:
+def replace_tt_layers_(module: nn.Module, rows: dict[str, int] | None = None, prefer: str = "size",
+                       hot_rows: bool | int | None = None) -> list[LayerForm]:
     """Swap every ``TTLinear``/``TTEmbedding`` under ``module`` (in eval mode) for its inference form, in place.
 
-    ``rows``: rows per call of each ``TTLinear`` by name (``_rows_per_call``); unknown means factors.
+    ``rows``: rows per call of each ``TTLinear`` by name (``_rows_per_call``; ``prefer="speed"`` only);
+    ``prefer``, ``hot_rows``: as in :func:`export`. Returns the form each layer took.
     """
-    rows = rows or {}
+    rows, forms = rows or {}, []
     for name, layer in list(module.named_modules()):
         if not isinstance(layer, TTModule):
             continue
         if isinstance(layer, TTLinear):
-            form = linear_form(layer, rows.get(name, 0))
+            chosen = linear_form(layer, rows.get(name, 0), prefer)
         elif isinstance(layer, TTEmbedding):
-            form = embedding_form(layer)
+            chosen = embedding_form(layer, prefer, hot_rows)
         else:
             raise TypeError(f"export has no inference form for {name} ({type(layer).__name__}).")
         parent_name, _, child = name.rpartition(".")
@@ -86,7 +93,9 @@ def replace_tt_layers_(module: nn.Module, rows: dict[str, int] | None = None) ->
                 f"{parent_name} is a TTEmbeddingBagCollection, whose KeyedJaggedTensor inputs need TorchRec to load: "
                 "export the DLRMClassifier (dense-tensor entry point, docs/INFERENCE.md) or call to_dense first."
             )
-        setattr(parent, child, form)
+        setattr(parent, child, chosen.module)
+        forms.append(LayerForm(name, chosen.form, module_bytes(chosen.module), chosen.why))
+    return forms
 
 
 def _auto_dims(example_inputs: Sequence[Any]) -> tuple[Any, ...]:
@@ -99,6 +108,8 @@ def export(
     example_inputs: Sequence[Any],
     path: str | os.PathLike | None = None,
     *,
+    prefer: str = "size",
+    hot_rows: bool | int | None = None,
     dynamic_shapes: Any = "auto",
     overwrite: bool = False,
 ) -> torch.export.ExportedProgram:
@@ -106,11 +117,32 @@ def export(
 
     ``example_inputs``: the positional inputs of ``model.forward`` (for a ``DLRMClassifier``:
     ``(dense, ids)``, see ``kjt_to_ids``); use a batch of at least 2 so the batch size stays
-    dynamic (torch.export specialises sizes 0 and 1). ``dynamic_shapes="auto"`` lets every dim
-    vary that the model allows; pass ``None`` for static shapes or a ``torch.export`` spec.
-    ``path`` must not exist unless ``overwrite=True``. The outputs equal ``model``'s in eval
-    mode up to float rounding (the cores are contracted in another order: about 1e-5 relative in float32).
+    dynamic (torch.export specialises sizes 0 and 1). ``prefer``: ``"size"`` (the smallest form of
+    every TT layer: what was trained compressed stays compressed) or ``"speed"`` (small tables and
+    layers expanded where that measured faster); ``hot_rows``: None (``prefer``'s default: none for
+    "size"), False, True (each table's ``cache_rows`` most frequent counted rows) or a budget in bytes
+    per table (``choice.py``). ``dynamic_shapes="auto"`` lets every dim vary that the model allows;
+    pass ``None`` for static shapes or a ``torch.export`` spec. ``path`` must not exist unless
+    ``overwrite=True``. The outputs equal ``model``'s in eval mode up to float rounding (the cores are
+    contracted in another order: about 1e-5 relative in float32). The per-layer table is logged at INFO;
+    :func:`export_with_report` returns it.
     """
+    return export_with_report(model, example_inputs, path, prefer=prefer, hot_rows=hot_rows, dynamic_shapes=dynamic_shapes,
+                              overwrite=overwrite)[0]
+
+
+def export_with_report(
+    model: nn.Module,
+    example_inputs: Sequence[Any],
+    path: str | os.PathLike | None = None,
+    *,
+    prefer: str = "size",
+    hot_rows: bool | int | None = None,
+    dynamic_shapes: Any = "auto",
+    overwrite: bool = False,
+) -> tuple[torch.export.ExportedProgram, ExportReport]:
+    """:func:`export`, and the form each TT layer took, its bytes and why, with the program's size (``ExportReport``)."""
+    check_choice(prefer, hot_rows)
     example_inputs = tuple(example_inputs)
     target = Path(path) if path is not None else None
     if target is not None and target.exists() and (target.is_dir() or not overwrite):
@@ -118,14 +150,23 @@ def export(
         raise FileExistsError(f"export: {target} is {what}; choose another path.")
     if dynamic_shapes == "auto":
         dynamic_shapes = _auto_dims(example_inputs)
-    program = _trace(lambda: inference_copy(model, example_inputs), example_inputs, dynamic_shapes)
+    forms: list[LayerForm] = []
+
+    def plain() -> nn.Module:
+        module, forms[:] = inference_copy(model, example_inputs, prefer, hot_rows)
+        return module
+
+    program = _trace(plain, example_inputs, dynamic_shapes)
     _drop_debug_metadata(program)
     if target is not None:
         target.parent.mkdir(parents=True, exist_ok=True)
         partial = target.with_name(f".{target.name}.partial.pt2")  # torch.export.save wants the .pt2 suffix
         torch.export.save(program, partial)
         partial.replace(target)
-    return program
+    stored = tensor_bytes([*program.state_dict.values(), *(t for t in program.constants.values() if isinstance(t, torch.Tensor))])
+    report = ExportReport(prefer, tuple(forms), stored, tensor_bytes(model.parameters()))
+    log.info("%s", report)
+    return program, report
 
 
 def _trace(plain: Callable[[], nn.Module], example_inputs: tuple, dynamic_shapes: Any) -> torch.export.ExportedProgram:

@@ -14,7 +14,8 @@ import copy
 import torch
 from torch import nn
 
-from comera_lightning.export.forms import embedding_form
+from comera_lightning.export.choice import embedding_form
+from comera_lightning.export.report import LayerForm, module_bytes
 from comera_lightning.layers import TTEmbedding
 
 __all__ = ["DenseInputDLRM", "dense_input_dlrm", "feature_names", "is_dlrm", "kjt_to_ids"]
@@ -61,8 +62,11 @@ class DenseInputDLRM(nn.Module):
         return self.over_arch(self.inter_arch(dense_features=self.dense_arch(dense), sparse_features=sparse)).squeeze(-1)
 
 
-def dense_input_dlrm(model: nn.Module) -> DenseInputDLRM:
-    """The dense-tensor entry point of ``model``'s DLRM, TT tables in their inference form (a copy)."""
+def dense_input_dlrm(model: nn.Module, prefer: str = "size", hot_rows: bool | int | None = None) -> tuple[DenseInputDLRM, list[LayerForm]]:
+    """The dense-tensor entry point of ``model``'s DLRM, TT tables in their inference form (a copy), and those forms.
+
+    ``prefer``, ``hot_rows``: as in ``export`` (``choice.py``).
+    """
     from torchrec.modules.embedding_configs import PoolingType
 
     dlrm = _dlrm_of(model)
@@ -70,19 +74,22 @@ def dense_input_dlrm(model: nn.Module) -> DenseInputDLRM:
     if ebc.is_weighted():
         raise ValueError("export: the DLRM's embedding collection is weighted; the dense entry point pools unweighted bags only.")
     tables: dict[str, nn.Module] = {}
+    forms: list[LayerForm] = []
     for config in ebc.embedding_bag_configs():
         table = ebc.embedding_bags[config.name]
         if isinstance(table, TTEmbedding):
             table = copy.deepcopy(table).eval()
             table.prune_()  # dead ranks carry nothing: slice them out before storing the cores
-            table = embedding_form(table)
+            chosen = embedding_form(table, prefer, hot_rows)
+            table = chosen.module
+            forms.append(LayerForm(f"tables.{config.name}", chosen.form, module_bytes(table), chosen.why))
         elif isinstance(table, nn.EmbeddingBag):  # a dense TorchRec table
             table = nn.Embedding.from_pretrained(table.weight.detach().clone(), freeze=True)
         else:
             table = copy.deepcopy(table)
         tables[config.name] = table
     order = [(config.name, config.pooling == PoolingType.MEAN) for config in ebc.embedding_bag_configs() for _ in config.feature_names]
-    return DenseInputDLRM(dlrm, tables, order).eval()
+    return DenseInputDLRM(dlrm, tables, order).eval(), forms
 
 
 def kjt_to_ids(kjt, names: list[str], length: int | None = None) -> torch.Tensor:

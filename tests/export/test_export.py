@@ -158,28 +158,9 @@ def test_export_keeps_the_model_and_refuses_to_overwrite(tmp_path):
     assert not list(tmp_path.glob(".*partial*"))
 
 
-def test_each_linear_takes_its_cheapest_form():
-    from torch import nn
-
-    from comera_lightning import TTLinear
-    from comera_lightning.export.forms import CoresLinear, linear_form
-
-    torch.manual_seed(0)
-    layer = TTLinear(768, 768, max_rank=10).eval()
-    x = torch.randn(4, 768)
-    with torch.no_grad():
-        expected = layer(x)
-        for tokens, kind in ((4096, CoresLinear), (4, nn.Sequential), (0, nn.Sequential)):
-            form = linear_form(layer, tokens)  # many rows per call: re-contracting the cores is cheap beside the matmuls
-            assert isinstance(form, kind), (tokens, form)
-            torch.testing.assert_close(form(x), expected, **TOLERANCE)
-        full = TTLinear(8, 8, max_rank=64).eval()  # rank 8 of an 8x8 weight: the factors would be larger than dense
-        assert isinstance(linear_form(full, 100), nn.Linear)
-        torch.testing.assert_close(linear_form(full, 100)(x[:, :8]), full(x[:, :8]), **TOLERANCE)
-
-
-def test_an_exported_tt_table_holds_its_cores_and_hot_rows_not_half_tables(tmp_path):
+def test_an_exported_tt_table_holds_its_cores_and_the_hot_rows_asked_for_not_half_tables(tmp_path):
     from comera_lightning import TTEmbedding
+    from comera_lightning.export import export_with_report
     from tests.layers.test_hot_rows import zipf_ids
 
     torch.manual_seed(0)
@@ -189,12 +170,13 @@ def test_an_exported_tt_table_holds_its_cores_and_hot_rows_not_half_tables(tmp_p
         model(zipf_ids(4096, rows, seed))
     model.eval()
     path = tmp_path / "table.pt2"
-    program = export(model, (zipf_ids(64, rows, 7).int(),), path)  # int32 ids, as the eager layer takes them
+    program, report = export_with_report(model, (zipf_ids(64, rows, 7).int(),), path, hot_rows=True)  # int32 ids, as the eager layer takes them
     stored = sum(t.numel() * t.element_size() for t in (*program.state_dict.values(), *program.constants.values()))
     cores = sum(c.numel() * c.element_size() for c in model[0].cores)
     cache = 4096 * 16 * 4 + 2 * 8192 * (8 + 4)  # rows + hash index (at most int64 tags and int32 positions)
     half_tables = min(sum(t.numel() for t in model[0].half_tables(s)) for s in (1, 2)) * 4
-    assert stored <= 2 * cores + cache < half_tables
+    assert report.program_bytes == stored == report.layers[0].nbytes and "hot rows" in report.layers[0].form
+    assert cores + 1000 * 16 * 4 < stored <= 2 * cores + cache < half_tables  # (thousands of hot rows: the ids counted)
     other = zipf_ids(300, rows, 11).int()
     with torch.no_grad():
         expected = model(other)
