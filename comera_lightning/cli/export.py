@@ -1,10 +1,13 @@
 """``comera-lightning export`` and ``comera-lightning predict --program``: the exported model from the command line.
 
     comera-lightning export  --config configs/transformer.yaml --ckpt_path path/to/last.ckpt --out model.pt2 [--overwrite]
+                             [--prefer size|speed] [--hot_rows BYTES]
     comera-lightning predict --config configs/transformer.yaml --program model.pt2 [--predictions preds.pt]
 
 ``export`` builds the config's model and data module, loads the (tensorized) checkpoint and writes
-``comera_lightning.export`` of it, with the first test batch as the example inputs. ``predict
+``comera_lightning.export`` of it, with the first test batch as the example inputs, ``--prefer`` and
+``--hot_rows`` as ``export``'s ``prefer`` and ``hot_rows`` (a budget in bytes per table), and prints the
+form each TT layer took, its bytes and why. ``predict
 --program`` runs an exported file over the data module's test split with torch alone (no
 LightningModule): it prints the samples seen and, where the batches carry labels, the accuracy
 (class argmax; a click logit > 0; the masked tokens' argmax), and saves the outputs with
@@ -20,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+from comera_lightning.export.choice import PREFER
 
 __all__ = ["export_main", "model_inputs", "predict_main"]
 
@@ -73,18 +78,24 @@ def export_main(args: Sequence[str]) -> Path:
     parser.add_argument("--ckpt_path", required=True, help="the checkpoint written by fit")
     parser.add_argument("--out", required=True, help="the program file to write (.pt2)")
     parser.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
+    parser.add_argument("--prefer", choices=PREFER, default="size",
+                        help="size (default): every TT layer in its smallest form; speed: small tables and layers expanded where faster")
+    parser.add_argument("--hot_rows", type=int, default=None, metavar="BYTES",
+                        help="keep each table's most frequent counted rows, up to BYTES per table (default: none with "
+                             "--prefer size, the table's cache_rows with speed; 0: none)")
     ours, overrides = parser.parse_known_args(args)
     out = Path(ours.out)
     if out.exists() and not ours.overwrite:
         parser.error(f"--out {out} exists; pass --overwrite to replace it or choose another path.")
     model, datamodule = _instantiate(overrides)
     _load_checkpoint(model, Path(ours.ckpt_path))
-    from comera_lightning.export import export
+    from comera_lightning.export import export_with_report
     from comera_lightning.export.dlrm import feature_names, is_dlrm
 
     names = feature_names(model) if is_dlrm(model) else None
     example = model_inputs(next(iter(_test_batches(datamodule))), names)
-    export(model, example, out, overwrite=ours.overwrite)
+    _, report = export_with_report(model, example, out, prefer=ours.prefer, hot_rows=ours.hot_rows, overwrite=ours.overwrite)
+    print(report)
     print(f"exported {type(model).__name__} to {out} ({out.stat().st_size / 1e6:.2f} MB)")
     return out
 

@@ -30,7 +30,8 @@ def test_export_then_predict_from_the_command_line(name: str, tmp_path: Path, mo
     out = tmp_path / "model.pt2"
 
     main(["export", *config, "--ckpt_path", str(checkpoint), "--out", str(out)])
-    assert out.is_file() and "exported" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert out.is_file() and "exported" in printed and 'export (prefer="size")' in printed  # the per-layer table, by default "size"
     with pytest.raises(SystemExit):  # never over an existing file without --overwrite
         main(["export", *config, "--ckpt_path", str(checkpoint), "--out", str(out)])
     assert "--overwrite" in capsys.readouterr().err
@@ -52,3 +53,10 @@ def test_export_then_predict_from_the_command_line(name: str, tmp_path: Path, mo
 def test_a_missing_checkpoint_is_named(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="--ckpt_path"):
         main(["export", *small(CONFIGS["transformer_tiny"]), "--ckpt_path", str(tmp_path / "none.ckpt"), "--out", str(tmp_path / "m.pt2")])
+
+
+def test_an_unknown_prefer_is_refused_naming_the_choices(tmp_path: Path, capsys) -> None:
+    with pytest.raises(SystemExit):
+        main(["export", *small(CONFIGS["transformer_tiny"]), "--ckpt_path", str(tmp_path / "none.ckpt"), "--out", str(tmp_path / "m.pt2"),
+              "--prefer", "fast"])
+    assert "invalid choice: 'fast'" in (err := capsys.readouterr().err) and "'size', 'speed'" in err
