@@ -133,14 +133,15 @@ def state_dict_bytes(model: Any) -> int:
 
 
 def export_bytes(model: Any, example: Any) -> int:
-    """Size on disk of the DLRM exported through ``comera_lightning.export`` (dense-tensor entry point)."""
+    """Size on disk of the DLRM exported through ``comera_lightning.export`` (dense-tensor entry point, ``prefer="speed"``:
+    hot rows and small tables dense, as docs/INFERENCE.md's figures were measured; ``export_prefer.py`` compares "size")."""
     from comera_lightning import export
     from comera_lightning.export.dlrm import feature_names, kjt_to_ids
 
     ids = kjt_to_ids(example.sparse, feature_names(model))
     with tempfile.TemporaryDirectory(prefix="comera_emb_") as folder:
         path = Path(folder) / "dlrm.pt2"
-        export(model, (example.dense, ids), path, overwrite=True)
+        export(model, (example.dense, ids), path, prefer="speed", overwrite=True)
         return path.stat().st_size
 
 

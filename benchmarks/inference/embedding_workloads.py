@@ -69,11 +69,12 @@ def scatter(ranks: np.ndarray, rows: int, table: int) -> np.ndarray:
     return (ranks * HASH_PRIME + offset) % rows
 
 
-def criteo_workload(zipf_a: float, quick: bool) -> Workload:
-    """Criteo Kaggle's 26 tables (capped at ``QUICK_MAX_ROWS`` with ``quick``), Zipf ids, 13 dense features."""
+def criteo_workload(zipf_a: float, quick: bool, max_rows: int | None = None) -> Workload:
+    """Criteo Kaggle's 26 tables (capped at ``QUICK_MAX_ROWS`` with ``quick``, else at ``max_rows``), Zipf ids, 13 dense features."""
     from comera_lightning.data.criteo import CRITEO_CAT_NAMES, CRITEO_KAGGLE_TABLE_SIZES
 
-    sizes = [min(n, QUICK_MAX_ROWS) if quick else n for n in CRITEO_KAGGLE_TABLE_SIZES]
+    cap = QUICK_MAX_ROWS if quick else max_rows
+    sizes = [min(n, cap) if cap else n for n in CRITEO_KAGGLE_TABLE_SIZES]
     names = list(CRITEO_CAT_NAMES)
 
     def sample(batch: int, count: int, seed: int, split: str) -> list[Any]:
@@ -88,7 +89,7 @@ def criteo_workload(zipf_a: float, quick: bool) -> Workload:
         labels = torch.from_numpy((rng.random((count, batch)) < CRITEO_CLICK_RATE).astype(np.float32))
         return [ClickBatch(dense[i], kjt_from_id_matrix(names, ids[i]), labels[i]) for i in range(count)]
 
-    note = f"Criteo Kaggle table sizes{' capped at %d rows (--quick)' % QUICK_MAX_ROWS if quick else ''}, one id per " \
+    note = f"Criteo Kaggle table sizes{' capped at %d rows' % cap if cap else ''}, one id per " \
            f"feature, Zipf(a={zipf_a}) ranks scattered by a fixed per-table permutation"
     return Workload("criteo", names, sizes, 13, sample, note)
 
@@ -113,10 +114,10 @@ def movielens_workload() -> Workload:
     return Workload("movielens", names, data.table_sizes, data.num_dense, sample, note)
 
 
-def make_workload(name: str, *, zipf_a: float = ZIPF_A, quick: bool = False) -> Workload:
-    """The workload called ``name`` (one of ``WORKLOADS``)."""
+def make_workload(name: str, *, zipf_a: float = ZIPF_A, quick: bool = False, max_rows: int | None = None) -> Workload:
+    """The workload called ``name`` (one of ``WORKLOADS``); ``max_rows`` caps the Criteo tables."""
     if name == "criteo":
-        return criteo_workload(zipf_a, quick)
+        return criteo_workload(zipf_a, quick, max_rows)
     if name == "movielens":
         return movielens_workload()
     raise ValueError(f"unknown workload {name!r}; choose from {WORKLOADS}.")

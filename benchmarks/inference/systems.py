@@ -77,12 +77,15 @@ def build_torch_model(workload: str, system: str) -> Any:
 
 
 def export_to(workload: str, path: Path) -> None:
-    """Export the pruned model of ``workload`` to ``path`` (batch 2 example: the batch size stays dynamic)."""
+    """Export the pruned model of ``workload`` to ``path`` (batch 2 example: the batch size stays dynamic).
+
+    ``prefer="speed"``: the forms docs/INFERENCE.md's figures were measured with (``export_prefer.py`` compares "size").
+    """
     from comera_lightning import export
 
     model = build_torch_model(workload, "comera_pruned")
     example = transformer_batches(2, 1)[0] if workload == "transformer" else dlrm_ids(dlrm_batches(2, 1))[0]
-    export(model, example, path, overwrite=True)
+    export(model, example, path, prefer="speed", overwrite=True)
 
 
 def load_exported(path: Path) -> Any:
