@@ -15,6 +15,7 @@ from tests.helpers.zoo_families import Logits
 VOCAB = 3000
 
 
+@pytest.fixture(scope="module")
 def llama():
     """A small Llama (random init), its token table and every linear layer tensorized at rank 16, trained and pruned."""
     transformers = pytest.importorskip("transformers")
@@ -38,8 +39,8 @@ def parameter_bytes(model) -> int:
     return sum(p.numel() * p.element_size() for p in model.parameters())
 
 
-def test_a_compressed_llama_exports_by_default_to_about_its_trained_parameters(tmp_path):
-    model, example, other = llama()
+def test_a_compressed_llama_exports_by_default_to_about_its_trained_parameters(llama, tmp_path):
+    model, example, other = llama
     path = tmp_path / "llama.pt2"
     program = export(model, example, path)
     # The token table alone is 1.54 MB dense; the model's trained parameters (cores, gates, norms) are 0.55 MB.
@@ -51,8 +52,8 @@ def test_a_compressed_llama_exports_by_default_to_about_its_trained_parameters(t
     assert run_without_comera(tmp_path, path, other, expected).startswith("ok")
 
 
-def test_speed_exports_the_same_outputs_and_the_report_says_what_each_layer_became(tmp_path):
-    model, example, other = llama()
+def test_speed_exports_the_same_outputs_and_the_report_says_what_each_layer_became(llama):
+    model, example, other = llama
     size_program, size = export_with_report(model, example)
     speed_program, speed = export_with_report(model, example, prefer="speed")
     assert size.prefer == "size" and speed.prefer == "speed"
