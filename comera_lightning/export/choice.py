@@ -113,7 +113,8 @@ def embedding_form(layer: TTEmbedding, prefer: str = "size", hot_rows: bool | in
         form = CoresEmbedding(layer, index, hot)
         stored = module_bytes(form)
         if stored >= dense:
-            return Chosen(layer.to_embedding(), "dense", f"smallest: dense {format_bytes(dense)} <= cores {format_bytes(stored)}")
+            what = "cores and hot rows" if form.num_hot_rows else "cores"
+            return Chosen(layer.to_embedding(), "dense", f"smallest: dense {format_bytes(dense)} <= {what} {format_bytes(stored)}")
     if form.num_hot_rows:
         cores = sum(c.numel() * c.element_size() for c in form.cores)
         why = f"cores {format_bytes(cores)} + hot rows and their index {format_bytes(stored - cores)} < dense {format_bytes(dense)}"
