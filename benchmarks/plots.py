@@ -99,21 +99,31 @@ def plot_compression(parts: dict[str, Any], path: Path) -> Path:
 
 
 def plot_quality(data: dict[str, Any], path: Path) -> Path:
-    """The quality race: validation loss against training seconds, one curve per system, one panel per model."""
+    """The quality race: validation loss against tokens (top) and training seconds (bottom), one curve per system
+    at its best LR, one column per model."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     models = data.get("models", {})
-    fig, axes = _figure(max(1, len(models)), "Causal-LM quality race: validation loss vs training seconds (CPU)")
-    for ax, (model, entry) in zip(axes, models.items()):
-        for name, result in entry["systems"].items():
-            curve = result["curve"]
-            label = f"{name} ({result['parameters'] / 1e6:.2f}M)"
-            ax.plot([p["seconds"] for p in curve], [p["val_loss"] for p in curve], marker="o", markersize=3, label=label)
-        budget = entry.get("summary", {}).get("budget_seconds")
-        if budget:
-            ax.axvline(budget, color="gray", linestyle=":", linewidth=1, label="CoMERA's seconds")
-        ax.set_title(model, fontsize=10)
-        ax.set_xlabel("training seconds")
-        ax.set_ylabel("validation loss (nats/token)")
-        ax.legend(fontsize=7)
+    fig, axes = plt.subplots(2, max(1, len(models)), figsize=(5.2 * max(1, len(models)), 8.4), squeeze=False)
+    fig.suptitle("Causal-LM quality race: validation loss vs tokens and vs training seconds (CPU)", fontsize=11)
+    for column, (model, entry) in enumerate(models.items()):
+        for row, (axis, label) in enumerate((("tokens", "tokens seen"), ("seconds", "training seconds"))):
+            ax = axes[row][column]
+            for name, result in entry["systems"].items():
+                curve = [p for p in result["curve"] if axis in p]
+                lr = f", lr {result['lr']:g}" if result.get("lr") else ""
+                ax.plot([p[axis] for p in curve], [p["val_loss"] for p in curve], marker="o", markersize=3,
+                        label=f"{name} ({result['parameters'] / 1e6:.2f}M{lr})")
+            budget = entry.get("summary", {}).get("budget_seconds")
+            if budget and axis == "seconds":
+                ax.axvline(budget, color="gray", linestyle=":", linewidth=1, label="CoMERA's seconds")
+            ax.set_title(model, fontsize=10)
+            ax.set_xlabel(label)
+            ax.set_ylabel("validation loss (nats/token)")
+            ax.legend(fontsize=7)
     return _save(fig, path)
 
 

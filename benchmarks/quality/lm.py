@@ -26,7 +26,7 @@ GALORE_DEFAULTS = {"scale": 0.25, "projection_type": "std"}
 
 
 class CausalLM(L.LightningModule):
-    """Build the model in ``configure_model``, one AdamW (or GaLore), linear warm-up then cosine to zero.
+    """Build the model in ``configure_model``, one AdamW (or GaLore), linear warm-up then cosine to ``min_lr`` × the peak.
 
     ``low_rank``: ``(layer names, parameter budget)`` to replace those layers by a plain ``U·V``
     (the rank is chosen to fit the budget); ``galore``: GaLore options (``rank``, ``update_proj_gap``, ...)
@@ -34,11 +34,11 @@ class CausalLM(L.LightningModule):
     """
 
     def __init__(self, spec: ModelSpec, vocab_size: int, block_size: int, lr: float = 1e-3, weight_decay: float = 0.0,
-                 warmup: float = 0.05, low_rank: tuple[list[str], int] | None = None, galore: dict[str, Any] | None = None,
+                 warmup: float = 0.05, min_lr: float = 0.0, low_rank: tuple[list[str], int] | None = None, galore: dict[str, Any] | None = None,
                  measure_step: int = 1) -> None:
         super().__init__()
         self.spec, self.vocab_size, self.block_size = spec, vocab_size, block_size
-        self.lr, self.weight_decay, self.warmup = lr, weight_decay, warmup
+        self.lr, self.weight_decay, self.warmup, self.min_lr = lr, weight_decay, warmup, min_lr
         self.low_rank_layers, self.galore = low_rank, galore
         self.measure_step = measure_step
         self.model: torch.nn.Module | None = None
@@ -85,7 +85,8 @@ class CausalLM(L.LightningModule):
         def factor(step: int) -> float:
             if step < warmup:
                 return (step + 1) / warmup
-            return 0.5 * (1 + math.cos(math.pi * min(1.0, (step - warmup) / max(1, total - warmup))))
+            cosine = 0.5 * (1 + math.cos(math.pi * min(1.0, (step - warmup) / max(1, total - warmup))))
+            return self.min_lr + (1 - self.min_lr) * cosine
 
         schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}

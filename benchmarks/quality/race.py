@@ -25,6 +25,11 @@ printed at the end is the README's.
     python -m benchmarks.quality --quick        # a tiny Llama, 60 steps, all systems (about a minute)
     python -m benchmarks.quality --models llama:256:4 --systems dense,comera --comera gate_lr=0.01
 
+The long-horizon race (``sweep.py``): ``--tokens-per-param 20`` trains each model for 20 tokens per dense
+parameter (the budget users train for), ``--lrs 3e-4,1e-3,3e-3`` trains every system at each peak LR and the
+headline compares each at its best, ``--seeds 1`` reruns dense and CoMERA at their best LR with another seed
+(the spread), ``--warmup 0.1 --min-lr 0.1`` is the anchors' schedule (docs/TUNING.md, "The long-horizon race").
+
 The full race (four models, 400 steps each; a few hours in all on 2 cores, estimated) as two
 one-thread processes side by side, one per family, then merged into one JSON, PNG and table:
 
@@ -39,48 +44,20 @@ Results go to ``benchmarks/results/quality[_quick].json`` and ``.png`` unless ``
 
 from __future__ import annotations
 
-import argparse
 import json
 import platform
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass, field, fields
-from pathlib import Path
+from dataclasses import asdict
 from typing import Any
 
 from benchmarks.probes import RESULTS, ROOT, machine_basics
 from benchmarks.quality import report
 from benchmarks.quality.models import ModelSpec, narrow_width
+from benchmarks.quality.settings import QUICK_MODELS, FULL_MODELS, SYSTEMS, RaceSettings, parse_args, settings_of
 
-SYSTEMS = ("dense", "comera", "narrow", "lowrank", "galore", "dense_time")
-NEEDS = {"narrow": ("comera",), "lowrank": ("comera",), "dense_time": ("dense", "comera")}
-FULL_MODELS = "llama:256:4,gpt2:256:4,llama:512:4,gpt2:512:4"
-
-
-@dataclass
-class RaceSettings:
-    """Data and schedule shared by every system of a race."""
-
-    steps: int = 400
-    epochs: int = 8
-    batch_size: int = 16
-    block_size: int = 128
-    vocab_size: int = 4096
-    max_bytes: int = 6_000_000
-    val_batches: int = 16
-    lr: float = 1e-3
-    seed: int = 0
-    threads: int = 1
-    narrow_multiple: int = 16
-    comera: dict[str, Any] = field(default_factory=dict)
-    tensorize: dict[str, Any] = field(default_factory=dict)
-    galore: dict[str, Any] = field(default_factory=dict)
-
-
-QUICK = {"steps": 60, "epochs": 4, "batch_size": 8, "block_size": 64, "vocab_size": 1024, "max_bytes": 1_500_000,
-         "val_batches": 8}
-QUICK_MODELS = "llama:128:2"
+__all__ = ["SYSTEMS", "RaceSettings", "comera_callback", "data_module", "fit", "main", "print_result", "race_at_lr"]
 
 
 def data_module(settings: RaceSettings) -> Any:
@@ -104,9 +81,13 @@ def comera_callback(settings: RaceSettings) -> Any:
     return ComeraCallback(**options)
 
 
-def fit(system: str, spec: ModelSpec, settings: RaceSettings, data: Any, steps: int | None = None,
-        **module_options: Any) -> tuple[dict[str, Any], Any]:
-    """Train one system; its result (curve, final loss, parameters, memory, seconds) and its trained module."""
+def fit(system: str, spec: ModelSpec, settings: RaceSettings, data: Any, *, lr: float, steps: int, seed: int | None = None,
+        per_epoch: int | None = None, **module_options: Any) -> tuple[dict[str, Any], Any]:
+    """Train one system for ``steps`` at peak ``lr``; its result (curve, final loss, parameters, memory, seconds) and module.
+
+    A validation ends every epoch: ``settings.epochs`` of them, or one every ``per_epoch`` steps when given
+    (``dense_time``, whose steps are not the race's).
+    """
     import lightning as L
     import torch
 
@@ -114,12 +95,12 @@ def fit(system: str, spec: ModelSpec, settings: RaceSettings, data: Any, steps: 
     from benchmarks.quality.models import layer_sizes, parameters
     from comera_lightning.rank import compression_stats
 
+    seed = settings.seed if seed is None else seed
     torch.set_num_threads(settings.threads)
-    L.seed_everything(settings.seed, verbose=False)
-    per_epoch = max(1, settings.steps // settings.epochs)  # validation after every epoch: the curve's points
-    epochs = settings.epochs if steps is None else max(1, round(steps / per_epoch))
-    steps = per_epoch * epochs if steps is None else steps
-    module = CausalLM(spec, data.vocab_size, settings.block_size, lr=settings.lr, **module_options)
+    L.seed_everything(seed, verbose=False)
+    epochs = min(settings.epochs, steps) if per_epoch is None else max(1, round(steps / per_epoch))
+    module = CausalLM(spec, data.vocab_size, settings.block_size, lr=lr, weight_decay=settings.weight_decay,
+                      warmup=settings.warmup, min_lr=settings.min_lr, **module_options)
     curve = Curve(module.measure_step)
     callbacks = [curve, comera_callback(settings)] if system == "comera" else [curve]
     trainer = L.Trainer(max_epochs=epochs, limit_train_batches=steps // epochs, limit_val_batches=settings.val_batches,
@@ -128,9 +109,14 @@ def fit(system: str, spec: ModelSpec, settings: RaceSettings, data: Any, steps: 
     started = time.perf_counter()
     trainer.fit(module, datamodule=data)
     wall = time.perf_counter() - started
+    if trainer.global_step < steps // epochs * epochs:
+        raise SystemExit(f"{system} trained {trainer.global_step} of {steps} steps: an epoch of the data holds fewer than "
+                         f"{steps // epochs} batches; raise --max-bytes or --epochs")
+    tokens = settings.batch_size * settings.block_size
+    points = [{**p, "tokens": p["step"] * tokens} for p in curve.points]
     result = {
         "system": system, "model": spec.label(), "family": spec.family, "width": spec.width, "layers": spec.layers,
-        "steps": trainer.global_step, "final_val_loss": curve.points[-1]["val_loss"], "curve": curve.points,
+        "lr": lr, "seed": seed, "steps": trainer.global_step, "final_val_loss": points[-1]["val_loss"], "curve": points,
         "parameters": parameters(module), "tt_parameters": compression_stats(module).tt_parameters,
         "memory": module.memory, "train_seconds": round(curve.total_seconds, 1), "wall_seconds": round(wall, 1),
         "layer_sizes": layer_sizes(module.model),
@@ -138,104 +124,44 @@ def fit(system: str, spec: ModelSpec, settings: RaceSettings, data: Any, steps: 
     return result, module
 
 
-def _print(result: dict[str, Any]) -> None:
-    print(f"{result['model']} {result['system']:10s} val loss {result['final_val_loss']:.4f}  params {result['parameters']:,}  "
-          f"steps {result['steps']}  train {result['train_seconds']}s  curve "
-          + " ".join(f"{p['val_loss']:.3f}" for p in result["curve"]), file=sys.stderr, flush=True)
+def print_result(result: dict[str, Any]) -> None:
+    print(f"{result['model']} {result['system']:10s} lr {result['lr']:g} seed {result['seed']} val loss "
+          f"{result['final_val_loss']:.4f}  params {result['parameters']:,}  steps {result['steps']}  train "
+          f"{result['train_seconds']}s  curve " + " ".join(f"{p['val_loss']:.3f}" for p in result["curve"]),
+          file=sys.stderr, flush=True)
 
 
-def race_model(spec: ModelSpec, settings: RaceSettings, data: Any, systems: list[str]) -> dict[str, Any]:
-    """Every system of ``systems`` on ``spec``, in ``SYSTEMS`` order; their results and the summary."""
+def race_at_lr(spec: ModelSpec, settings: RaceSettings, data: Any, systems: list[str], lr: float,
+               steps: int) -> dict[str, dict[str, Any]]:
+    """Every system of ``systems`` but ``dense_time`` at peak ``lr`` for ``steps``, in ``SYSTEMS`` order."""
     from comera_lightning.rank import tt_layers
 
     results: dict[str, dict[str, Any]] = {}
     names: list[str] = []
     budget = 0
-
-    def record(result: dict[str, Any], **extra: Any) -> None:
-        results[result["system"]] = {**result, **extra}
-        _print(result)
-
-    for system in [s for s in SYSTEMS if s in systems]:
+    for system in [s for s in SYSTEMS if s in systems and s != "dense_time"]:
         if system in ("dense", "galore"):
-            result, _ = fit(system, spec, settings, data, galore=settings.galore if system == "galore" else None)
-            record(result)
+            result, _ = fit(system, spec, settings, data, lr=lr, steps=steps,
+                            galore=settings.galore if system == "galore" else None)
         elif system == "comera":
-            result, module = fit(system, spec, settings, data)
+            result, module = fit(system, spec, settings, data, lr=lr, steps=steps)
             names = [name for name, _ in tt_layers(module.model)]
             budget = result["tt_parameters"]
-            record(result, tensorized_layers=names)
+            result["tensorized_layers"] = names
         elif system == "narrow":
             width = narrow_width(spec, results["comera"]["parameters"], data.vocab_size, settings.block_size,
                                  settings.narrow_multiple)
-            result, _ = fit(system, spec.with_width(width), settings, data)
-            record(result)
-        elif system == "lowrank":
-            result, module = fit(system, spec, settings, data, low_rank=(names, budget))
-            record(result, low_rank_rank=module.rank, low_rank_budget=budget)
+            result, _ = fit(system, spec.with_width(width), settings, data, lr=lr, steps=steps)
         else:
-            dense = results["dense"]
-            steps = max(1, int(results["comera"]["train_seconds"] / (dense["train_seconds"] / dense["steps"])))
-            result, _ = fit(system, spec, settings, data, steps=steps)
-            record(result)
+            result, module = fit(system, spec, settings, data, lr=lr, steps=steps, low_rank=(names, budget))
+            result.update(low_rank_rank=module.rank, low_rank_budget=budget)
+        results[system] = result
+        print_result(result)
     for result in results.values():
         sizes = result.pop("layer_sizes")
         tensorized = result["system"] == "comera"
         result["compressible_parameters"] = result["tt_parameters"] if tensorized else sum(sizes.get(n, 0) for n in names)
-    return {"systems": results, "summary": report.summarize(results)}
-
-
-# ---------------------------------------------------------------------------- command line
-def _options(pairs: list[str]) -> dict[str, Any]:
-    """``["gate_lr=0.01", "early_epochs=[3]"]`` -> ``{"gate_lr": 0.01, ...}`` (JSON values, else strings)."""
-    options = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep:
-            raise SystemExit(f"expected key=value, got {pair!r}")
-        try:
-            options[key] = json.loads(value)
-        except json.JSONDecodeError:
-            options[key] = value
-    return options
-
-
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--models", default=None, help=f"family:width:layers, comma-separated (default {FULL_MODELS})")
-    parser.add_argument("--systems", default=",".join(SYSTEMS), help=f"comma-separated, from {', '.join(SYSTEMS)}")
-    parser.add_argument("--quick", action="store_true", help=f"{QUICK_MODELS}, {QUICK['steps']} steps, small data")
-    for f in fields(RaceSettings):
-        if f.type in ("int", "float"):
-            parser.add_argument(f"--{f.name.replace('_', '-')}", type=int if f.type == "int" else float, default=None)
-    for name, what in (("comera", "ComeraCallback arguments"), ("tensorize", "TensorizeConfig fields"),
-                       ("galore", "GaLore group options (rank, update_proj_gap, scale, ...)")):
-        parser.add_argument(f"--{name}", nargs="*", default=[], help=f"{what}, key=value (JSON values)")
-    parser.add_argument("--out", type=Path, default=None, help="the JSON (the PNG goes beside it)")
-    parser.add_argument("--merge", nargs="+", default=None, help="race JSONs to merge into --out (nothing is trained)")
-    args = parser.parse_args(argv)
-    systems = [s.strip() for s in args.systems.split(",") if s.strip()]
-    unknown = sorted(set(systems) - set(SYSTEMS))
-    missing = sorted({f"{s} needs {n}" for s in systems for n in NEEDS.get(s, ()) if n not in systems})
-    if unknown or missing:
-        parser.error(f"unknown systems {unknown}" if unknown else "; ".join(missing))
-    if args.merge and args.out is None:
-        parser.error("--merge needs --out")
-    args.systems = systems
-    return args
-
-
-def settings_of(args: argparse.Namespace) -> RaceSettings:
-    given = {f.name: getattr(args, f.name) for f in fields(RaceSettings) if f.type in ("int", "float")
-             and getattr(args, f.name) is not None}
-    settings = RaceSettings(**{**(QUICK if args.quick else {}), **given},
-                            comera=_options(args.comera), tensorize=_options(args.tensorize), galore=_options(args.galore))
-    if settings.steps < settings.epochs:
-        raise SystemExit(f"--steps {settings.steps} is fewer than --epochs {settings.epochs} (one validation per epoch)")
-    if settings.steps % settings.epochs:
-        settings.steps -= settings.steps % settings.epochs
-        print(f"steps rounded down to {settings.steps}, a multiple of {settings.epochs} epochs", file=sys.stderr)
-    return settings
+    return results
 
 
 def _revision() -> str | None:
@@ -253,6 +179,8 @@ def main(argv: list[str] | None = None) -> None:
     import torch
     import transformers
 
+    from benchmarks.quality.sweep import race_model
+
     settings = settings_of(args)
     torch.set_num_threads(settings.threads)
     started = time.perf_counter()
@@ -269,4 +197,6 @@ def main(argv: list[str] | None = None) -> None:
     results["wall_seconds"] = round(time.perf_counter() - started, 1)
     out, png = report.write(results, args.out or RESULTS / f"quality{'_quick' if args.quick else ''}.json")
     print(report.markdown_table(results))
+    if len(settings.swept_lrs) > 1:
+        print("\n" + report.grid_table(results))
     print(f"\nwrote {out} and {png} ({results['wall_seconds']:.0f} s)", file=sys.stderr)

@@ -41,7 +41,7 @@ def summarize(systems: dict[str, dict[str, Any]]) -> dict[str, Any]:
     for name, result in systems.items():
         at_budget = loss_at_seconds(result["curve"], budget) if budget else None
         rows[name] = {
-            "steps": result["steps"], "val_loss": result["final_val_loss"],
+            "lr": result.get("lr"), "steps": result["steps"], "val_loss": result["final_val_loss"],
             "val_loss_vs_dense_pct": _relative(result["final_val_loss"], dense and dense["final_val_loss"]),
             "val_loss_at_budget": at_budget, "val_loss_at_budget_vs_dense_pct": _relative(at_budget, dense_at_budget),
             "parameters": result["parameters"], "compressible_parameters": result["compressible_parameters"],
@@ -58,16 +58,27 @@ def _signed(value: float | None) -> str:
     return "" if value is None else f" ({value:+.1f} %)"
 
 
+def _seeded(row: dict[str, Any], spread: dict[str, Any] | None, dense_spread: dict[str, Any] | None) -> str:
+    """The loss (vs dense); with seeds, the mean over seeds ± half their range, vs dense's mean when it has seeds too."""
+    if not spread:
+        return f"{row['val_loss']:.3f}{_signed(row['val_loss_vs_dense_pct'])}"
+    relative = _relative(spread["mean"], dense_spread["mean"]) if dense_spread else row["val_loss_vs_dense_pct"]
+    return f"{spread['mean']:.3f} ± {spread['spread'] / 2:.3f}{_signed(relative)}, {len(spread['val_losses'])} seeds"
+
+
 def markdown_table(results: dict[str, Any]) -> str:
-    """One row per (model, system): what the README shows."""
-    lines = ["| model | system | parameters | compressible | steps | val loss (vs dense) | val loss at comera's seconds "
-             "(vs dense) | train s | peak MiB |", "|---|---|---|---|---|---|---|---|---|"]
+    """One row per (model, system), each system at its best LR of the sweep: what the README shows.
+
+    With seeds, the loss is the mean over seeds ± half their range."""
+    lines = ["| model | system | lr | parameters | compressible | steps | val loss (vs dense) | val loss at comera's "
+             "seconds (vs dense) | train s | peak MiB |", "|---|---|---|---|---|---|---|---|---|---|"]
     for model, entry in results["models"].items():
-        summary = entry["summary"]
+        summary, seeds = entry["summary"], entry.get("seeds", {})
         for name, row in summary["systems"].items():
             lines.append(
-                f"| {model} | {name} | {row['parameters']:,} | {row['compressible_parameters']:,} | {row['steps']} | "
-                f"{row['val_loss']:.3f}{_signed(row['val_loss_vs_dense_pct'])} | "
+                f"| {model} | {name} | {_number(row.get('lr'), 'g')} | {row['parameters']:,} | "
+                f"{row['compressible_parameters']:,} | {row['steps']} | "
+                f"{_seeded(row, seeds.get(name), seeds.get('dense'))} | "
                 f"{_number(row['val_loss_at_budget'], '.3f')}{_signed(row['val_loss_at_budget_vs_dense_pct'])} | "
                 f"{row['train_seconds']:.0f} | {_number(row['peak_mib'], '.0f')} |")
     budgets = ", ".join(f"{m} {_number(e['summary']['budget_seconds'], '.0f')} s" for m, e in results["models"].items())
@@ -75,6 +86,29 @@ def markdown_table(results: dict[str, Any]) -> str:
              f"seconds (the equal wall-clock budget): {budgets}; each curve interpolated there, its last value if it "
              "ended sooner. Compressible: parameters in the layers CoMERA tensorized. Peak: tensor peak of a training step.")
     return "\n".join(lines) + "\n" + notes
+
+
+def grid_table(results: dict[str, Any]) -> str:
+    """Final validation loss of every system at every swept LR (vs dense at the same LR); the best per system in bold."""
+    lines = []
+    for model, entry in results["models"].items():
+        grid = entry.get("lrs")
+        if not grid:
+            continue
+        names = list(next(iter(grid.values()))["systems"])
+        lines += [f"| {model} | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
+        for lr, part in grid.items():
+            cells = []
+            for name in names:
+                row = part["summary"]["systems"].get(name)
+                if row is None:
+                    cells.append("–")
+                    continue
+                text = f"{row['val_loss']:.3f}{_signed(row['val_loss_vs_dense_pct'])}"
+                cells.append(f"**{text}**" if entry["best_lr"].get(name) == lr else text)
+            lines.append(f"| lr {lr} | " + " | ".join(cells) + " |")
+        lines.append("")
+    return "\n".join(lines)
 
 
 def merge(paths: list[str]) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from torch import nn
 pytest.importorskip("transformers")
 pytest.importorskip("pytorch_optimizer")
 
-from benchmarks.quality import models, race, report  # noqa: E402
+from benchmarks.quality import models, race, report, settings, sweep  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 SYSTEM_KEYS = {"curve", "final_val_loss", "parameters", "compressible_parameters", "memory", "train_seconds", "steps"}
@@ -23,18 +23,30 @@ SYSTEM_KEYS = {"curve", "final_val_loss", "parameters", "compressible_parameters
 def quick_race(tmp_path_factory):
     out = tmp_path_factory.mktemp("quality") / "quality.json"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled"}
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.quality", "--quick", "--steps", "16", "--epochs", "2", "--val-batches", "2",
-                           "--out", str(out)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.quality", "--quick", "--steps", "8", "--epochs", "2", "--val-batches", "2",
+                           "--lrs", "1e-3,3e-3", "--seeds", "1", "--min-lr", "0.1", "--out", str(out)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return out, proc.stdout
 
 
-def test_quick_race_runs_every_system_and_reports_them(quick_race):
+def test_quick_race_runs_every_system_at_every_lr_and_reports_each_at_its_best(quick_race):
     out, stdout = quick_race
     results = json.loads(out.read_text())
     assert {"command", "machine", "settings", "models"} <= set(results)
     (entry,) = results["models"].values()
     assert list(entry["systems"]) == list(race.SYSTEMS)
+    assert list(entry["lrs"]) == ["0.001", "0.003"] and entry["steps"] == 8
+    for lr, part in entry["lrs"].items():
+        assert list(part["systems"]) == [s for s in race.SYSTEMS if s != "dense_time"]
+        assert all(result["lr"] == float(lr) and result["steps"] == 8 for result in part["systems"].values())
+    for name, lr in entry["best_lr"].items():
+        losses = {key: part["systems"][name]["final_val_loss"] for key, part in entry["lrs"].items()}
+        assert losses[lr] == min(losses.values()) and entry["systems"][name]["lr"] == float(lr), name
+    assert entry["systems"]["dense_time"]["lr"] == entry["systems"]["dense"]["lr"]
+    seeded = entry["seeds"]["comera"]
+    assert seeded["seeds"] == [0, 1] and len(seeded["val_losses"]) == 2 and seeded["val_losses"][0] != seeded["val_losses"][1]
+    assert set(entry["seeds"]) == {"dense", "comera"}
     for name, result in entry["systems"].items():
         assert SYSTEM_KEYS <= set(result), name
         assert result["curve"] and all(p["val_loss"] > 0 for p in result["curve"]), name
@@ -42,10 +54,11 @@ def test_quick_race_runs_every_system_and_reports_them(quick_race):
     systems = entry["systems"]
     assert abs(systems["narrow"]["parameters"] / systems["comera"]["parameters"] - 1) < 0.15
     assert systems["lowrank"]["compressible_parameters"] <= systems["comera"]["compressible_parameters"]
-    assert systems["dense"]["steps"] == 16 and systems["dense_time"]["steps"] >= 1
+    assert systems["dense"]["steps"] == 8 and systems["dense_time"]["steps"] >= 1
+    assert systems["dense"]["curve"][-1]["tokens"] == 8 * 8 * 64  # steps x batch x block
     assert set(entry["summary"]["systems"]) == set(race.SYSTEMS)
     assert out.with_suffix(".png").stat().st_size > 0
-    assert "| llama-128x2 | comera |" in stdout
+    assert "| llama-128x2 | comera |" in stdout and "2 seeds" in stdout and "| lr 0.003 |" in stdout
 
 
 def test_merge_puts_the_models_of_two_runs_side_by_side(quick_race, tmp_path):
@@ -85,3 +98,21 @@ def test_loss_at_seconds_interpolates_and_holds_the_last_value():
 def test_systems_that_need_comera_are_refused_without_it():
     with pytest.raises(SystemExit):
         race.parse_args(["--systems", "dense,narrow"])
+
+
+def test_a_token_budget_sets_the_steps_in_whole_epochs():
+    budget = settings.RaceSettings(tokens_per_param=20, batch_size=32, block_size=128, epochs=8)
+    assert budget.steps_for(493_344) == 2_408  # 20 x 493,344 / 4,096 = 2,409 steps, in 8 epochs of 301
+    assert settings.RaceSettings(steps=400).steps_for(493_344) == 400
+
+
+def test_the_best_lr_is_the_lowest_finite_loss():
+    def run(loss):
+        return {"final_val_loss": loss}
+
+    grid = {"0.001": {"dense": run(2.0), "comera": run(2.5)}, "0.003": {"dense": run(float("nan")), "comera": run(2.2)}}
+    assert sweep.best_lrs(grid) == {"dense": "0.001", "comera": "0.003"}
+    args = race.parse_args(["--lrs", "3e-4,1e-3", "--seeds", "1,2", "--warmup", "0.1"])
+    assert settings.settings_of(args).swept_lrs == [3e-4, 1e-3] and settings.settings_of(args).seeds == [1, 2]
+    with pytest.raises(SystemExit):
+        settings.settings_of(race.parse_args(["--lrs", "fast"]))

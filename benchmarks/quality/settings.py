@@ -1,0 +1,132 @@
+"""The race's settings and command line: data, schedule, budget, LR sweep and seeds shared by every system."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+SYSTEMS = ("dense", "comera", "narrow", "lowrank", "galore", "dense_time")
+NEEDS = {"narrow": ("comera",), "lowrank": ("comera",), "dense_time": ("dense", "comera")}
+FULL_MODELS = "llama:256:4,gpt2:256:4,llama:512:4,gpt2:512:4"
+QUICK = {"steps": 60, "epochs": 4, "batch_size": 8, "block_size": 64, "vocab_size": 1024, "max_bytes": 1_500_000,
+         "val_batches": 8}
+QUICK_MODELS = "llama:128:2"
+
+
+@dataclass
+class RaceSettings:
+    """Data, schedule and budget shared by every system of a race.
+
+    ``tokens_per_param`` (> 0) sets each model's steps from its dense parameter count instead of ``steps``
+    (20: the compute-optimal budget). ``lrs``: the peak learning rates every system is trained at (empty: ``lr``
+    alone); the headline compares each system at its best. ``seeds``: further seeds for ``seed_systems`` at their
+    best LR (the spread of the headline rows). The schedule: linear warm-up over ``warmup`` of the steps, then
+    cosine to ``min_lr`` times the peak.
+    """
+
+    steps: int = 400
+    epochs: int = 8
+    batch_size: int = 16
+    block_size: int = 128
+    vocab_size: int = 4096
+    max_bytes: int = 6_000_000
+    val_batches: int = 16
+    lr: float = 1e-3
+    lrs: list[float] = field(default_factory=list)
+    tokens_per_param: float = 0.0
+    warmup: float = 0.05
+    min_lr: float = 0.0
+    weight_decay: float = 0.0
+    seed: int = 0
+    seeds: list[int] = field(default_factory=list)
+    seed_systems: list[str] = field(default_factory=lambda: ["dense", "comera"])
+    threads: int = 1
+    narrow_multiple: int = 16
+    comera: dict[str, Any] = field(default_factory=dict)
+    tensorize: dict[str, Any] = field(default_factory=dict)
+    galore: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def swept_lrs(self) -> list[float]:
+        return list(self.lrs) or [self.lr]
+
+    def steps_for(self, dense_parameters: int) -> int:
+        """Optimizer steps of a model with ``dense_parameters``: ``steps``, or ``tokens_per_param`` tokens per parameter,
+        rounded to a whole number of steps per epoch."""
+        if self.tokens_per_param <= 0:
+            return self.steps
+        tokens_per_step = self.batch_size * self.block_size
+        per_epoch = max(1, round(self.tokens_per_param * dense_parameters / tokens_per_step / self.epochs))
+        return per_epoch * self.epochs
+
+
+def _options(pairs: list[str]) -> dict[str, Any]:
+    """``["gate_lr=0.01", "early_epochs=[3]"]`` -> ``{"gate_lr": 0.01, ...}`` (JSON values, else strings)."""
+    options = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise SystemExit(f"expected key=value, got {pair!r}")
+        try:
+            options[key] = json.loads(value)
+        except json.JSONDecodeError:
+            options[key] = value
+    return options
+
+
+def _numbers(text: str | None, kind: type) -> list[Any] | None:
+    if text is None:
+        return None
+    try:
+        return [kind(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise SystemExit(f"expected comma-separated {kind.__name__}s, got {text!r}") from None
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description="The causal-LM quality race (benchmarks/quality/race.py).")
+    parser.add_argument("--models", default=None, help=f"family:width:layers, comma-separated (default {FULL_MODELS})")
+    parser.add_argument("--systems", default=",".join(SYSTEMS), help=f"comma-separated, from {', '.join(SYSTEMS)}")
+    parser.add_argument("--quick", action="store_true", help=f"{QUICK_MODELS}, {QUICK['steps']} steps, small data")
+    for f in fields(RaceSettings):
+        if f.type in ("int", "float"):
+            parser.add_argument(f"--{f.name.replace('_', '-')}", type=int if f.type == "int" else float, default=None)
+    parser.add_argument("--lrs", default=None, help="peak LRs to sweep, comma-separated, e.g. 3e-4,1e-3,3e-3")
+    parser.add_argument("--seeds", default=None, help="further seeds for the headline systems at their best LR, e.g. 1,2")
+    parser.add_argument("--seed-systems", default=None, help="systems rerun with --seeds (default dense,comera)")
+    for name, what in (("comera", "ComeraCallback arguments"), ("tensorize", "TensorizeConfig fields"),
+                       ("galore", "GaLore group options (rank, update_proj_gap, scale, ...)")):
+        parser.add_argument(f"--{name}", nargs="*", default=[], help=f"{what}, key=value (JSON values)")
+    parser.add_argument("--out", type=Path, default=None, help="the JSON (the PNG goes beside it)")
+    parser.add_argument("--merge", nargs="+", default=None, help="race JSONs to merge into --out (nothing is trained)")
+    args = parser.parse_args(argv)
+    systems = [s.strip() for s in args.systems.split(",") if s.strip()]
+    unknown = sorted(set(systems) - set(SYSTEMS))
+    missing = sorted({f"{s} needs {n}" for s in systems for n in NEEDS.get(s, ()) if n not in systems})
+    if unknown or missing:
+        parser.error(f"unknown systems {unknown}" if unknown else "; ".join(missing))
+    if args.merge and args.out is None:
+        parser.error("--merge needs --out")
+    args.systems = systems
+    return args
+
+
+def settings_of(args: argparse.Namespace) -> RaceSettings:
+    given = {f.name: getattr(args, f.name) for f in fields(RaceSettings) if f.type in ("int", "float")
+             and getattr(args, f.name) is not None}
+    lists = {"lrs": _numbers(args.lrs, float), "seeds": _numbers(args.seeds, int),
+             "seed_systems": args.seed_systems.split(",") if args.seed_systems else None}
+    settings = RaceSettings(**{**(QUICK if args.quick else {}), **given, **{k: v for k, v in lists.items() if v is not None}},
+                            comera=_options(args.comera), tensorize=_options(args.tensorize), galore=_options(args.galore))
+    if settings.steps < settings.epochs:
+        raise SystemExit(f"--steps {settings.steps} is fewer than --epochs {settings.epochs} (one validation per epoch)")
+    if settings.steps % settings.epochs:
+        settings.steps -= settings.steps % settings.epochs
+        print(f"steps rounded down to {settings.steps}, a multiple of {settings.epochs} epochs", file=sys.stderr)
+    if not 0 <= settings.warmup < 1 or not 0 <= settings.min_lr <= 1:
+        raise SystemExit(f"--warmup must be in [0, 1) and --min-lr in [0, 1], got {settings.warmup} and {settings.min_lr}")
+    return settings
