@@ -20,14 +20,10 @@ from torch import nn
 
 from comera_lightning.layers.hot_rows import HotRowIndex
 from comera_lightning.layers.inference_cache import InferenceCache
+from comera_lightning.layers.miss_rows import SPARE_ROWS, ServedRows, StackedHalfTables, block_offsets
 from comera_lightning.layers.tt_embedding import TTEmbedding
 
-__all__ = ["CollectionCache", "SPARE_ROWS"]
-
-#: Rows added after the cached ones when a batch misses more than there is room for (kept for later batches).
-SPARE_ROWS = 1024
-#: Below this many multiply-adds per matrix torch's CPU ``bmm`` runs a scalar loop (~0.4 µs a product) instead of BLAS.
-SCALAR_BMM_MACS = 400
+__all__ = ["CollectionCache"]
 
 
 def _state_tensors(tables: Sequence[nn.Module]) -> list[torch.Tensor]:
@@ -35,64 +31,9 @@ def _state_tensors(tables: Sequence[nn.Module]) -> list[torch.Tensor]:
     return [t for table in tables for t in (table.state_tensors() if isinstance(table, TTEmbedding) else [table.weight])]
 
 
-def _offsets(sizes: Sequence[int], device: torch.device) -> torch.Tensor:
-    """Where each of consecutive blocks of ``sizes`` starts: ``[0, s0, s0+s1, ...]`` without the total."""
-    return torch.tensor([0, *torch.tensor(list(sizes)).cumsum(0)[:-1].tolist()], device=device)
-
-
-def _multiply_right_transposed(rows_left: int, rows_right: int, rank: int) -> bool:
-    """Whether a ``(M_L × r)·(r × M_R)`` row product is faster with the right factor stored ``(M_R, r)``, transposed.
-
-    Measured on CPU (4,000 products, one thread): 1.8–2.0× faster below ``SCALAR_BMM_MACS``
-    multiply-adds (torch's scalar ``bmm`` loop), 1.1–1.4× for ``M_R`` ≤ 8 above it, but 0.75–0.94×
-    for ``M_R`` = 16 at rank 11–32.
-    """
-    return rows_right <= 8 or rows_left * rows_right * rank < SCALAR_BMM_MACS
-
-
 def _thresholds(tables: Sequence[nn.Module]) -> tuple:
     """The TT tables' gate thresholds (a changed threshold changes which gates count as dead)."""
     return tuple(t.gate_threshold for t in tables if isinstance(t, TTEmbedding))
-
-
-class StackedHalfTables:
-    """The half tables of several TT tables stacked (ranks zero-padded), so one gather and one bmm serve them all.
-
-    The right tables are stored ``(ΣN_R, r, M_R)``, or ``(ΣN_R, M_R, r)`` and multiplied transposed
-    where that is faster on CPU (:func:`_multiply_right_transposed`).
-    """
-
-    def __init__(self, tables: Sequence[TTEmbedding]) -> None:
-        split = tables[0].best_split(1)
-        halves = [table.half_tables(split) for table in tables]
-        rank = max(left.shape[-1] for left, _ in halves)
-        self.left = torch.cat([F.pad(left, (0, rank - left.shape[-1])) for left, _ in halves])  # (ΣN_L, M_L, r)
-        self.transposed = _multiply_right_transposed(self.left.shape[1], halves[0][1].shape[2], rank)
-        rights = [F.pad(right, (0, 0, 0, rank - right.shape[1])) for _, right in halves]
-        self.right = torch.cat([right.transpose(1, 2) if self.transposed else right for right in rights])
-        device = self.left.device
-        self.n_right = torch.tensor([right.shape[0] for _, right in halves], device=device)
-        self.left_base = _offsets([left.shape[0] for left, _ in halves], device)
-        self.right_base = _offsets(self.n_right.tolist(), device)
-        self.dim = tables[0].embedding_dim
-
-    @staticmethod
-    def fits(tables: Sequence[TTEmbedding]) -> bool:
-        """Whether the tables' half tables can be stacked: same cores' column modes and the same split."""
-        if not tables:
-            return False
-        first = tables[0]
-        return all(t.col_modes == first.col_modes and len(t.cores) == len(first.cores) and t.best_split(1) == first.best_split(1) for t in tables)
-
-    def rows(self, table: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-        """Rows of ``ids``, each in the stacked table number ``table``: one ``(M_L × r)·(r × M_R)`` product per id."""
-        n_right = self.n_right.index_select(0, table)
-        left = F.embedding(self.left_base.index_select(0, table) + ids // n_right, self.left.flatten(1)).view(-1, *self.left.shape[1:])
-        right = F.embedding(self.right_base.index_select(0, table) + ids % n_right, self.right.flatten(1)).view(-1, *self.right.shape[1:])
-        return torch.bmm(left, right.transpose(1, 2) if self.transposed else right).flatten(1)[:, : self.dim]
-
-    def nbytes(self) -> int:
-        return (self.left.numel() + self.right.numel()) * self.left.element_size()
 
 
 class CollectionCache:
@@ -116,13 +57,13 @@ class CollectionCache:
             self.cached_rows = sum(sizes)
             partial_tables = [self.tables[t] for t in self.partial]
             self.stacked = StackedHalfTables(partial_tables) if StackedHalfTables.fits(partial_tables) else None
-            self.key_base = _offsets([c.num_embeddings for c in configs], device)
+            self.key_base = block_offsets([c.num_embeddings for c in configs], device)
             parts = [w for w in whole if w is not None] + [self._build_hot()]
-            self.rows = torch.cat(parts)  # spare rows for misses are added by the first batch that needs them
+            self.served = ServedRows(torch.cat(parts))  # spare rows for misses are added by the first batch that needs them
         for table in partial_tables:
             table.clear_inference_cache()  # their half tables live in self.stacked now
         self.table_of_feature = table_of_feature
-        self.feature_start = _offsets(sizes, device)[table_of_feature]
+        self.feature_start = block_offsets(sizes, device)[table_of_feature]
         self.feature_size = torch.tensor([configs[t].num_embeddings for t in table_of_feature], device=device)
         self.mean = [configs[t].pooling.name == "MEAN" for t in table_of_feature]
         partial_features = [f for f, t in enumerate(table_of_feature) if t in self.partial]
@@ -156,9 +97,9 @@ class CollectionCache:
             return self._no_rows()
         keys, ranks = torch.cat(keys), torch.cat(ranks)
         self.index = HotRowIndex(keys[torch.sort(ranks, stable=True).indices], keys.numel())
-        self.index.position += self.cached_rows  # positions point into self.rows, after the whole tables
+        self.index.position += self.cached_rows  # positions point into self.served.rows, after the whole tables
         rows = self._contract(self.index.ids)
-        self.hot_count, self.index.ids = self.index.ids.numel(), None  # not needed once the rows exist
+        self.index.ids = None  # not needed once the rows exist
         return rows
 
     def _contract(self, keys: torch.Tensor) -> torch.Tensor:
@@ -168,7 +109,7 @@ class CollectionCache:
         table = torch.searchsorted(self.key_base, keys, right=True) - 1
         ids = keys - self.key_base.index_select(0, table)
         if self.stacked is not None:
-            return self.stacked.rows(torch.searchsorted(self.partial_tensor, table), ids)
+            return self.stacked.rows(ids, torch.searchsorted(self.partial_tensor, table))
         out = None
         for t in torch.unique(table).tolist():  # tables that cannot be stacked: one by one
             at = (table == t).nonzero().squeeze(1)
@@ -191,7 +132,7 @@ class CollectionCache:
     def nbytes(self) -> int:
         """Bytes of the cached rows, the hash index and the stacked half tables."""
         extra = (self.index.nbytes() if self.index is not None else 0) + (self.stacked.nbytes() if self.stacked is not None else 0)
-        return extra + self.rows.numel() * self.rows.element_size()
+        return extra + self.served.nbytes()
 
     def serve(self, keys: Sequence[str], values: torch.Tensor, lengths: torch.Tensor, length_per_key: Sequence[int],
               batch: int) -> torch.Tensor | None:
@@ -212,7 +153,7 @@ class CollectionCache:
         if self.index is not None:
             self._find_hot(slot, values, length_per_key)
         offsets = torch.cat([lengths.new_zeros(1), lengths.long().cumsum(0)])
-        out = F.embedding_bag(slot, self.rows, offsets, mode="sum", include_last_offset=True)
+        out = F.embedding_bag(slot, self.served.rows, offsets, mode="sum", include_last_offset=True)
         if any(self.mean):
             averaged = torch.tensor(self.mean, device=out.device).repeat_interleave(batch).unsqueeze(1)
             out = torch.where(averaged, out / lengths.clamp(min=1).unsqueeze(1).to(out.dtype), out)
@@ -233,7 +174,7 @@ class CollectionCache:
         # (amax per row and one min, one host sync: aminmax along a dim is several times slower on CPU)
         if bool((grid.min() < 0) | (grid.amax(dim=1) >= self.feature_size).any()):
             return None  # the per-table path names the bad id
-        narrow = torch.int32 if self.rows.shape[0] + grid.numel() + SPARE_ROWS <= torch.iinfo(torch.int32).max else torch.long
+        narrow = torch.int32 if self.served.rows.shape[0] + grid.numel() + SPARE_ROWS <= torch.iinfo(torch.int32).max else torch.long
         slot = grid.to(narrow) + self.feature_start.to(narrow).unsqueeze(1)
         if self.index is not None and self.partial_features.numel():
             keys = (grid.index_select(0, self.partial_features) + self.partial_key_base).view(-1)
@@ -242,11 +183,11 @@ class CollectionCache:
             if not bool(hit.all()):
                 miss = (~hit).nonzero().squeeze(1)
                 at = self.partial_features.index_select(0, miss // grid.shape[1]) * grid.shape[1] + miss % grid.shape[1]
-                slot.view(-1).index_copy_(0, at, self._contract_misses(keys.index_select(0, miss), keys.numel()).to(narrow))
+                slot.view(-1).index_copy_(0, at, self.served.add_misses(keys.index_select(0, miss), keys.numel(), self._contract).to(narrow))
         features = len(self.features)
         order = slot.view(features, batch, bag).transpose(0, 1).reshape(-1, bag)
         # (embedding_bag even for bags of one: F.embedding's gather of 16-float rows is ~2x slower on CPU)
-        out = F.embedding_bag(order, self.rows, mode="mean" if all(self.mean) else "sum").view(batch, features, -1)
+        out = F.embedding_bag(order, self.served.rows, mode="mean" if all(self.mean) else "sum").view(batch, features, -1)
         if any(self.mean) and not all(self.mean):
             out = out / torch.tensor([bag if m else 1 for m in self.mean], device=out.device).view(1, -1, 1).to(out.dtype)
         return out.reshape(batch, -1)
@@ -267,18 +208,4 @@ class CollectionCache:
         if bool(hit.all()):
             return
         miss = (~hit).nonzero().squeeze(1)
-        slot.index_copy_(0, at.index_select(0, miss), self._contract_misses(keys.index_select(0, miss), keys.numel()))
-
-    def _contract_misses(self, keys: torch.Tensor, looked_up: int) -> torch.Tensor:
-        """Contract ``keys`` into spare rows after the cached ones; the row number of each key.
-
-        Deduplicated when they are more than half of the ``looked_up`` ids (a cold or small cache:
-        hot ids repeat among them). When the cache answers most ids the misses are its tail, 99 %
-        distinct on Criteo-shaped Zipf ids: sorting them would cost more than the repeats.
-        """
-        missed, inverse = torch.unique(keys, return_inverse=True) if 2 * keys.numel() > looked_up else (keys, None)
-        free = self.cached_rows + self.hot_count
-        if free + missed.numel() > self.rows.shape[0]:  # more misses than spare rows: grow
-            self.rows = torch.cat([self.rows, self.rows.new_zeros(missed.numel() + SPARE_ROWS, self.rows.shape[1])])
-        self.rows[free : free + missed.numel()] = self._contract(missed)
-        return free + (inverse if inverse is not None else torch.arange(keys.numel(), device=keys.device))
+        slot.index_copy_(0, at.index_select(0, miss), self.served.add_misses(keys.index_select(0, miss), keys.numel(), self._contract))
