@@ -116,7 +116,7 @@ class CoresEmbedding(nn.Module):
         if not self.tags.numel():
             rows = self._contract(flat)
         else:
-            # Not layers.hot_rows.serve_rows: its "any misses?" host branch cannot be exported; here the
+            # Not layers.table_serving: its "any misses?" host branch cannot be exported; here the
             # misses are a data-dependent index (empty or not) that torch.export keeps symbolic.
             slot = hash_slot(flat, self.mask)
             hit = self.tags.index_select(0, slot) == flat

@@ -2,20 +2,19 @@
 
 Click logs and text are skewed: a few thousand ids make most lookups. :class:`IdCounter` counts
 the ids a table sees in training (or is shown with ``count_ids``) in bounded memory;
-:class:`HotRowIndex` finds a hot id's row by hashing; :func:`serve_rows` answers a lookup from
-the hot rows and contracts only the misses. The rows are computed from the current cores and
-kept in the layer's inference cache (``inference_cache.py``), so they are never stale: any
-change to a core, gate or mask (an optimizer step, a prune, a load) rebuilds them.
+:class:`HotRowIndex` finds a hot id's row by hashing; ``table_serving.py`` (one table) and
+``bag_serving.py`` (a collection) answer lookups from the hot rows and contract only the misses
+(``miss_rows.py``). The rows are computed from the current cores and kept in the layer's
+inference cache (``inference_cache.py``), so they are never stale: any change to a core, gate or
+mask (an optimizer step, a prune, a load) rebuilds them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import torch
 from torch import nn
 
-__all__ = ["DEFAULT_CACHE_BYTES", "HotRowIndex", "hash_slot", "hottest", "IdCounter", "SLOTS_PER_ROW", "default_cache_rows", "keep_id_counts_local", "serve_rows"]
+__all__ = ["DEFAULT_CACHE_BYTES", "HotRowIndex", "hash_slot", "hottest", "IdCounter", "SLOTS_PER_ROW", "default_cache_rows", "keep_id_counts_local"]
 
 #: Bytes of materialised rows a table keeps for serving by default (65,536 rows at dim 16 in fp32).
 DEFAULT_CACHE_BYTES = 4 * 2**20
@@ -127,19 +126,6 @@ class HotRowIndex:
     def nbytes(self) -> int:
         """Bytes of the hash table (the ``ids`` list is only needed to build the rows)."""
         return sum(t.numel() * t.element_size() for t in (self.tags, self.position))
-
-
-def serve_rows(ids: torch.Tensor, index: HotRowIndex, hot_rows: torch.Tensor, compute: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
-    """Rows of 1-D ``ids``: hot ones gathered from ``hot_rows``, the distinct misses from ``compute(ids)``."""
-    if not hot_rows.shape[0]:  # nothing counted yet: every id is a miss
-        return compute(ids)
-    position, hit = index.find(ids)
-    rows = torch.nn.functional.embedding(position, hot_rows)
-    if not bool(hit.all()):  # one host sync: the misses' count decides the work
-        miss = (~hit).nonzero().squeeze(1)
-        missed, inverse = torch.unique(ids[miss], return_inverse=True)
-        rows[miss] = compute(missed)[inverse]
-    return rows
 
 
 def keep_id_counts_local(model: nn.Module) -> None:

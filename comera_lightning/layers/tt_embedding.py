@@ -10,10 +10,11 @@ from torch import nn
 
 from comera_lightning.layers.base import TTModule
 from comera_lightning.layers.contraction import chain_cost, contract_chain, tt_svd
-from comera_lightning.layers.hot_rows import HotRowIndex, IdCounter, default_cache_rows, hottest, serve_rows
+from comera_lightning.layers.hot_rows import HotRowIndex, IdCounter, default_cache_rows, hottest
 from comera_lightning.layers.inference_cache import caching_allowed
 from comera_lightning.layers.interface import LayerSummary, format_modes
 from comera_lightning.layers.shapes import balance_halves, bond_rank_caps, factorize, prod
+from comera_lightning.layers.table_serving import TableServing
 from comera_lightning.layers.tt_rows import chain_cost_per_id, chain_rows, grouped_chain_rows, grouped_cost_per_id, ids_are_checkable
 
 __all__ = ["LOOKUPS", "TTEmbedding"]
@@ -199,7 +200,8 @@ class TTEmbedding(TTModule):
                 valid = ((ids >= 0) & (ids < self.num_embeddings)).all()
                 torch._assert_async(valid, f"an id is out of range for a TTEmbedding of {self.num_embeddings} rows (valid: 0..{self.num_embeddings - 1}).")
             return
-        low, high = int(ids.min()), int(ids.max())
+        extent = torch.aminmax(ids)  # (one pass)
+        low, high = int(extent.min), int(extent.max)
         if low < 0 or high >= self.num_embeddings:
             bad = low if low < 0 else high
             raise IndexError(f"id {bad} is out of range for a TTEmbedding of {self.num_embeddings} rows (valid: 0..{self.num_embeddings - 1}).")
@@ -246,7 +248,7 @@ class TTEmbedding(TTModule):
             self.id_counter.merge_into(self.counted_ids, self.id_counts)
         cache = self.__dict__.get("_inference_cache")
         if cache is not None:  # the hottest ids may have changed
-            cache.discard("hot_rows")
+            cache.discard("serving")
 
     def has_counts(self) -> bool:
         """Whether any id was counted (syncs with the device)."""
@@ -269,20 +271,20 @@ class TTEmbedding(TTModule):
         index = HotRowIndex(self.hot_ids(), self.cache_rows)
         return index, self.lookup(index.ids)
 
-    def hot_rows(self) -> tuple[HotRowIndex | None, torch.Tensor]:
-        """:meth:`build_hot_rows`, kept in the inference cache until a core, gate or mask changes."""
-        return self.cached("hot_rows", self.build_hot_rows)
+    def serving(self) -> TableServing:
+        """The hot rows, hash index and half tables lookups are served from at inference (``table_serving.py``).
+
+        Kept in the inference cache until a core, gate or mask changes, or ids are counted.
+        """
+        return self.cached("serving", lambda: TableServing(self))
 
     def inference_bytes(self) -> int:
         """Bytes held for serving: parameters, buffers, and what the inference cache holds now."""
         total = sum(t.numel() * t.element_size() for t in (*self.parameters(), *self.buffers()))
         cache = self.__dict__.get("_inference_cache")
         for value in cache.values.values() if cache is not None else ():
-            for part in value if isinstance(value, tuple) else (value,):  # half tables, or (index, hot rows)
-                if isinstance(part, torch.Tensor):
-                    total += part.numel() * part.element_size()
-                elif isinstance(part, HotRowIndex):
-                    total += part.nbytes()
+            for part in value if isinstance(value, tuple) else (value,):  # half tables, or the serving state
+                total += part.numel() * part.element_size() if isinstance(part, torch.Tensor) else part.nbytes()
         return total
 
     def _save_to_state_dict(self, destination, prefix, keep_vars):
@@ -311,11 +313,8 @@ class TTEmbedding(TTModule):
 
     def rows(self, flat: torch.Tensor) -> torch.Tensor:
         """Rows of 1-D ids: from the hot rows at inference, else contracted (each distinct id once with ``deduplicate``)."""
-        if self.serves_hot_rows():
-            index, hot_rows = self.hot_rows()
-            if index is None:
-                return F.embedding(flat, hot_rows)
-            return serve_rows(flat, index, hot_rows, self.lookup)
+        if self.serves_hot_rows() and 0 not in self.physical_ranks:
+            return self.serving().rows(flat)
         counting = self.training and self.id_counter.capacity and ids_are_checkable()
         if self.deduplicate and ids_are_checkable() and flat.numel() > 1:
             unique, inverse, counts = torch.unique(flat, return_inverse=True, return_counts=True)

@@ -80,7 +80,7 @@ def test_served_rows_equal_contracted_rows_and_never_go_stale():
     ids = zipf_ids(3000, 50_000, seed=9)
     with torch.no_grad():
         served = layer(ids)
-    assert layer.has_counts() and layer.hot_rows()[0] is not None
+    assert layer.has_counts() and layer.serving().cached_rows() > 0
     torch.testing.assert_close(served, uncached(layer, ids), rtol=0, atol=1e-12)
     with torch.no_grad():  # an optimizer-like in-place step in eval mode: only the version key can notice
         layer.cores[1].mul_(1.5)
@@ -161,7 +161,7 @@ def test_cache_off_serves_every_id_from_the_cores():
     ids = zipf_ids(500, 50_000, seed=4)
     with torch.no_grad():
         torch.testing.assert_close(layer(ids), uncached(layer, ids))
-    assert "hot_rows" not in layer.__dict__.get("_inference_cache").values
+    assert "serving" not in layer.__dict__.get("_inference_cache").values
 
 
 @pytest.mark.slow
