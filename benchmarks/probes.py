@@ -135,3 +135,9 @@ def command_line(argv: list[str] | None = None) -> str:
         parts = ["-m", spec.name.removesuffix(".__main__"), *parts[1:]]
     parts = ["python", *parts]
     return " ".join(os.path.relpath(p, root) if os.path.isabs(p) and p.startswith(root) else p for p in parts)
+
+
+def without_out(argv: list[str] | None = None) -> list[str]:
+    """A benchmark's arguments (``sys.argv[1:]`` by default) without ``--out PATH``: no local paths in a results JSON."""
+    given = list(sys.argv[1:] if argv is None else argv)
+    return [a for i, a in enumerate(given) if not a.startswith("--out") and (i == 0 or given[i - 1] != "--out")]

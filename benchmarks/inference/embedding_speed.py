@@ -50,7 +50,7 @@ from benchmarks.inference import embedding_systems as systems
 from benchmarks.inference.embedding_report import markdown
 from benchmarks.inference.embedding_timing import calls_per_round, first_calls, time_inference, time_training
 from benchmarks.inference.embedding_workloads import QUICK_MAX_ROWS, WORKLOADS, ZIPF_A, make_workload
-from benchmarks.probes import RESULTS, command_line, machine_basics, release_free_memory, rss_peak
+from benchmarks.probes import RESULTS, command_line, machine_basics, release_free_memory, rss_peak, without_out
 
 QUICK = {"rounds": 2, "warmup": 1, "batches": "1,128", "train_batch": 128, "count_batches": 2}
 
@@ -183,9 +183,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     torch.set_num_threads(args.threads)
     start = time.perf_counter()
-    given = list(sys.argv[1:] if argv is None else argv)
-    shown = [a for i, a in enumerate(given) if not a.startswith("--out") and (i == 0 or given[i - 1] != "--out")]  # no local paths
-    report: dict[str, Any] = {"benchmark": "embedding_speed", "command": command_line(["-m", __spec__.name, *shown]),
+    report: dict[str, Any] = {"benchmark": "embedding_speed", "command": command_line(["-m", __spec__.name, *without_out(argv)]),
                               "host": host(args), "settings": {k: v for k, v in vars(args).items() if k != "out"},
                               "systems": list(systems.SYSTEMS), "workloads": {}}
     for name in args.workloads:

@@ -46,6 +46,7 @@ from benchmarks.probes import (
     rss_now,
     spawn_measured,
     vm_hwm,
+    without_out,
 )
 
 BATCHES = {"transformer": (1, 32), "dlrm": (1, 4096)}
@@ -193,9 +194,7 @@ def main(argv: list[str] | None = None) -> None:
     from benchmarks.inference import systems
 
     start = time.perf_counter()
-    given = list(argv if argv is not None else sys.argv[1:])
-    shown = [a for i, a in enumerate(given) if not a.startswith("--out") and (i == 0 or given[i - 1] != "--out")]  # no local paths
-    report: dict[str, Any] = {"machine": machine_basics(), "command": " ".join(["benchmarks/inference/latency.py", *shown])}
+    report: dict[str, Any] = {"machine": machine_basics(), "command": " ".join(["benchmarks/inference/latency.py", *without_out(argv)])}
     with tempfile.TemporaryDirectory(prefix="comera_inference_") as folder:
         files = Path(folder)
         for workload in args.workloads.split(","):
