@@ -27,11 +27,13 @@ SCALAR_BMM_MACS = 400
 def multiply_right_transposed(rows_left: int, rows_right: int, rank: int) -> bool:
     """Whether a ``(M_L × r)·(r × M_R)`` row product is faster with the right factor stored ``(M_R, r)``, transposed.
 
-    Measured on CPU (4,000 products, one thread): 1.8–2.0× faster below ``SCALAR_BMM_MACS``
-    multiply-adds (torch's scalar ``bmm`` loop), 1.1–1.4× for ``M_R`` ≤ 8 above it, but 0.75–0.94×
-    for ``M_R`` = 16 at rank 11–32.
+    Measured on CPU, one thread, a few thousand products with their gathers: 1.5–2.0× faster below
+    ``SCALAR_BMM_MACS`` multiply-adds (torch's scalar ``bmm`` loop); above it (BLAS) 1.1–1.4× for
+    ``M_L`` ≤ 4 and ``M_R`` ≤ 8 (dim-16 tables, issue #28), but slower for wider rows: 0.75–0.94× for
+    ``M_R`` = 16 at rank 11–32, 0.80–0.83× for ``M_L`` = ``M_R`` = 8 at rank 32 (a dim-64 table,
+    ``benchmarks.inference.table_speed``'s ``layouts``).
     """
-    return rows_right <= 8 or rows_left * rows_right * rank < SCALAR_BMM_MACS
+    return rows_left * rows_right * rank < SCALAR_BMM_MACS or (rows_left <= 4 and rows_right <= 8)
 
 
 def block_offsets(sizes: Sequence[int], device: torch.device) -> torch.Tensor:

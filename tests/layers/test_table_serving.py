@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 
+import pytest
 import torch
 
 from comera_lightning.layers import TTEmbedding
@@ -96,3 +97,18 @@ def test_counting_in_eval_mode_rebuilds_the_hot_rows():
     layer.count_ids(ids)
     assert serving(layer).cached_rows() > 500
     torch.testing.assert_close(served(layer, ids), training_rows(layer, ids), rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("rank, transposed", [(8, False), (4, True)])
+def test_dim_64_tables_take_the_measured_faster_layout_and_stay_exact(rank, transposed):
+    """8 x 8 column blocks: above torch's scalar bmm loop the right half tables stay as they are (measured 1.2x faster)."""
+    torch.manual_seed(0)
+    layer = TTEmbedding(ROWS, 64, max_rank=rank, num_cores=4, cache_rows=500, dtype=torch.float64)
+    assert layer.col_modes[:2] == (4, 2) and layer.col_modes[2:] == (4, 2)  # M_L = M_R = 8 at the middle bond
+    layer.count_ids(zipf_ids(5000, ROWS, seed=3))
+    layer.eval()
+    ids = zipf_ids(1000, ROWS, seed=6)
+    out = served(layer, ids)
+    assert serving(layer).halves.transposed is transposed
+    assert min(hits_and_misses(layer, ids)) > 50
+    torch.testing.assert_close(out, training_rows(layer, ids), rtol=0, atol=1e-12)
