@@ -3,7 +3,7 @@
 Systems, eval mode under ``torch.inference_mode``, one torch thread:
 
 * ``dense``: ``nn.Embedding`` holding the trained TT table's values (``TTEmbedding.to_embedding()``);
-* ``tt``: ``TTEmbedding(rows, dim, max_rank=R)`` with the defaults (a 4 MiB hot-row cache), trained
+* ``tt``: ``TTEmbedding(rows, dim, max_rank=R)`` with the defaults (a 4 MiB hot-row cache; ``--cache-rows``), trained
   for ``--train-batches`` batches (Adagrad on a random linear loss): its training-mode forwards count the ids;
 * ``tt_pruned``: ``tt`` with a third of every bond kept, then ``prune_`` (what CoMERA's late stage leaves).
 
@@ -17,7 +17,8 @@ descheduled mid-call is charged wall time it did not run).
 Also: bytes (dense: its weight; TT: ``inference_bytes()``, i.e. parameters, buffers and the serving
 cache, with the cache's parts), the misses per batch, exactness (the cached rows against the same ids
 contracted as misses, bitwise; served rows against training-mode rows and the dense table), and
-``layouts``: the misses' row products with the right half tables stored as they are and transposed.
+``layouts``: the misses' row products with the right half tables stored as they are and transposed;
+``phases``: the CPU time of a served batch's steps (hash find, misses, final gather) beside dense's lookup.
 
     OMP_NUM_THREADS=1 WANDB_MODE=disabled .venv/bin/python -m benchmarks.inference.table_speed [--rounds 15] [--quick] [--out PATH]
 
@@ -59,7 +60,7 @@ def trained_table(args: argparse.Namespace) -> Any:
     from comera_lightning import TTEmbedding
 
     torch.manual_seed(args.seed)
-    table = TTEmbedding(args.rows, args.dim, max_rank=args.max_rank)
+    table = TTEmbedding(args.rows, args.dim, max_rank=args.max_rank, cache_rows=args.cache_rows)
     optimizer = torch.optim.Adagrad(table.parameters(), lr=0.01)
     direction = torch.randn(args.dim)
     for ids in zipf_batches(args, args.train_batches, args.seed + 100):
@@ -172,6 +173,27 @@ def layouts(table: Any, args: argparse.Namespace) -> dict[str, Any]:
             "shape": {"left": list(halves.left.shape), "right_stored": list(halves.right.shape)}}
 
 
+def phases(table: Any, dense: Any, args: argparse.Namespace) -> dict[str, Any]:
+    """CPU time of a served batch's steps (hash find, the misses' contraction, the final gather) beside dense's whole lookup."""
+    import torch
+    import torch.nn.functional as F
+
+    batches = [ids.reshape(-1) for ids in zipf_batches(args, args.warmup + args.rounds, args.seed + 4)]
+    with torch.inference_mode():
+        serving = table.serving()
+        for ids in batches:
+            serving.rows(ids)  # the spare rows grow to the largest batch's misses
+        found = [serving.index.find(ids) for ids in batches]
+        missed = [ids[~hit] for ids, (_, hit) in zip(batches, found)]
+        positions = [torch.where(hit, position, serving.cached_rows() + torch.cumsum(~hit, 0, dtype=torch.int32) - 1)
+                     for position, hit in found]
+        calls = {"dense": lambda i: dense(batches[i]), "find": lambda i: serving.index.find(batches[i]),
+                 "misses": lambda i: serving.served.add_misses(missed[i], batches[i].numel(), serving.halves.rows),
+                 "gather": lambda i: F.embedding(positions[i], serving.served.rows)}
+        timed = interleave(calls, args.rounds, args.warmup, 1, clock=time.thread_time)
+    return {"cpu_ms_median": timed["ms_median"], "misses_per_batch": statistics.median(m.numel() for m in missed)}
+
+
 def markdown(report: dict[str, Any]) -> str:
     """One row per system: wall and CPU ms with (dense/system, median of paired rounds), MB with (dense/system)."""
     timing, sizes = report["timing"], report["memory"]
@@ -188,6 +210,9 @@ def markdown(report: dict[str, Any]) -> str:
     lines.append(f"\ncached rows bitwise equal to the same ids contracted as misses: {exact['cached_equal_misses_bitwise']} "
                  f"({exact['cached_rows_checked']} rows); served vs training-mode rows: max |diff| {exact['max_abs_vs_training_rows']:.2e} "
                  f"(rows up to {exact['max_abs_row_value']:.2e}); vs dense: {exact['max_abs_vs_dense']:.2e}")
+    steps = report["phases"]["cpu_ms_median"]
+    lines.append(f"CPU ms per batch: dense {steps['dense']:.3f}; tt's steps: hash find {steps['find']:.3f}, "
+                 f"misses ({report['phases']['misses_per_batch']}) {steps['misses']:.3f}, final gather {steps['gather']:.3f}")
     lines.append(f"misses' products ({layout['misses_per_batch']} per batch): plain / transposed CPU time "
                  f"{layout['plain_over_transposed_paired']:.2f} (chosen: {layout['chosen']})")
     return "\n".join(lines)
@@ -200,6 +225,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max-rank", type=int, default=32)
     parser.add_argument("--batch", type=int, default=4096, help="bags per batch")
     parser.add_argument("--bag", type=int, default=8, help="ids per bag")
+    parser.add_argument("--cache-rows", type=int, default=None, help="the TT table's hot rows (default: the layer's, 4 MiB of rows)")
     parser.add_argument("--zipf", type=float, default=ZIPF_A)
     parser.add_argument("--train-batches", type=int, default=20, help="training batches before serving (they count the ids)")
     parser.add_argument("--rounds", type=int, default=15)
@@ -236,7 +262,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                  "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")},
         "settings": {k: v for k, v in vars(args).items() if k != "out"}, "timing": timing, "memory": memory(systems),
         "exactness": exactness(table, systems["dense"], zipf_batches(args, 1, args.seed + 3)[0]),
-        "layouts": layouts(table, args),
+        "layouts": layouts(table, args), "phases": phases(table, systems["dense"], args),
     }
     report["markdown"] = markdown(report)
     report["wall_s"] = round(time.perf_counter() - start, 1)
