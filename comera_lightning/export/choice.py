@@ -12,6 +12,10 @@ its two matmuls for the rows per call the example inputs send through it, else i
 keeps the hot rows it counted (its ``cache_rows``: 4 MiB by default) and becomes a dense table
 where that budget holds the whole table.
 
+``miss_tables=True`` (``embedding_form`` only; either ``prefer``) keeps a ``TTEmbedding``'s two half tables
+instead of its cores: a miss is then one product of their rows, not the chain of its core slices
+(``forms.CoresEmbedding``), for more bytes.
+
 ``hot_rows``: None (``prefer``'s default: none for "size", each table's ``cache_rows`` for
 "speed"), False (none), True (each table's ``cache_rows``) or a budget in bytes per table. The hot
 rows are the most frequent ids the table counted in training (at most ``cache_rows`` of them).
@@ -25,7 +29,7 @@ import torch
 from torch import nn
 
 from comera_lightning.export.forms import CoresEmbedding, CoresLinear, factors_linear
-from comera_lightning.export.report import format_bytes, module_bytes
+from comera_lightning.export.report import format_bytes, module_bytes, tensor_bytes
 from comera_lightning.layers import TTEmbedding, TTLinear
 from comera_lightning.layers.contraction import chain_cost
 from comera_lightning.layers.hot_rows import HotRowIndex
@@ -98,28 +102,28 @@ def _hot_row_budget(layer: TTEmbedding, prefer: str, hot_rows: bool | int | None
     return min(layer.num_embeddings, hot_rows // (layer.embedding_dim * layer.cores[0].element_size()))
 
 
-def embedding_form(layer: TTEmbedding, prefer: str = "size", hot_rows: bool | int | None = None) -> Chosen:
-    """``layer``'s cores (plus the hot rows ``hot_rows`` allows), or its dense ``nn.Embedding`` (module docstring)."""
+def embedding_form(layer: TTEmbedding, prefer: str = "size", hot_rows: bool | int | None = None, miss_tables: bool = False) -> Chosen:
+    """``layer``'s cores or half tables (plus the hot rows ``hot_rows`` allows), or its dense ``nn.Embedding`` (module docstring)."""
     with torch.no_grad():
         budget = _hot_row_budget(layer, prefer, hot_rows)
         dense = layer.num_embeddings * layer.embedding_dim * layer.cores[0].element_size()
         if budget >= layer.num_embeddings:
             return Chosen(layer.to_embedding(), "dense", f"the hot-row budget holds the whole table ({layer.num_embeddings:,} rows)")
-        index = hot = None
+        index = None
         if budget and layer.has_counts():
             ids = layer.hot_ids()[:budget]
             index = HotRowIndex(ids, ids.numel())
-            hot = layer.lookup(index.ids)
-        form = CoresEmbedding(layer, index, hot)
+        form = CoresEmbedding(layer, index, miss_tables)
         stored = module_bytes(form)
+        kept = "half tables" if form.miss_tables else "cores"
         if stored >= dense:
-            what = "cores and hot rows" if form.num_hot_rows else "cores"
+            what = f"{kept} and hot rows" if form.num_hot_rows else kept
             return Chosen(layer.to_embedding(), "dense", f"smallest: dense {format_bytes(dense)} <= {what} {format_bytes(stored)}")
     if form.num_hot_rows:
-        cores = sum(c.numel() * c.element_size() for c in form.cores)
-        why = f"cores {format_bytes(cores)} + hot rows and their index {format_bytes(stored - cores)} < dense {format_bytes(dense)}"
-        return Chosen(form, f"cores + {form.num_hot_rows:,} hot rows", why)
-    why = f"smallest: cores {format_bytes(stored)}, dense {format_bytes(dense)}"
+        cache = tensor_bytes([form.tags, form.position, form.hot_rows])
+        why = f"{kept} {format_bytes(stored - cache)} + hot rows and their index {format_bytes(cache)} < dense {format_bytes(dense)}"
+        return Chosen(form, f"{kept} + {form.num_hot_rows:,} hot rows", why)
+    why = f"{'half tables (asked for)' if form.miss_tables else 'smallest: cores'} {format_bytes(stored)}, dense {format_bytes(dense)}"
     if budget:
         why += " (no ids counted: no hot rows)"
-    return Chosen(form, "cores", why)
+    return Chosen(form, kept, why)

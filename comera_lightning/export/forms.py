@@ -7,7 +7,10 @@ exported program needs torch alone:
   every call into the two factors of the bond between input and output cores, applied as two matmuls;
 * ``FactorsLinear``: those **two factors** stored contracted (``nn.Linear(in, r)`` then ``nn.Linear(r, out)``);
 * ``CoresEmbedding``: a ``TTEmbedding``'s **cores**, plus **hot rows** when asked for: a hot id is a hash
-  lookup and a gather, any other id the product of its core slices;
+  lookup and a gather, any other id the product of its core slices; or (``miss_tables``) its two **half
+  tables** instead of the cores: a miss is then one product of their rows, as the eager layer serves it
+  (``layers/miss_rows.py``): 2,048 instead of the chain's 43,008 multiply-adds for a 1M × 64 table at
+  rank 32, for more bytes (2.3 MB of half tables there instead of 0.8 MB of cores);
 * or the **dense** ``nn.Linear`` / ``nn.Embedding`` (``TTLinear.to_linear``, ``TTEmbedding.to_embedding``).
 """
 
@@ -20,6 +23,7 @@ from torch import nn
 from comera_lightning.layers import TTEmbedding, TTLinear
 from comera_lightning.layers.contraction import contract_chain
 from comera_lightning.layers.hot_rows import HotRowIndex, hash_slot
+from comera_lightning.layers.miss_rows import StackedHalfTables, half_table_rows
 from comera_lightning.layers.shapes import prod
 from comera_lightning.layers.tt_rows import chain_rows
 
@@ -84,22 +88,34 @@ def factors_linear(layer: TTLinear) -> FactorsLinear:
 
 
 class CoresEmbedding(nn.Module):
-    """``nn.Embedding`` stored as its TT cores plus optional hot rows: a hot id is a gather, any other id a chain product.
+    """``nn.Embedding`` stored as its TT cores (or half tables) plus optional hot rows: a hot id is a gather, any other id a product.
 
-    ``index``/``hot_rows``: the hot rows' hash index (``layers/hot_rows.py``) and rows; None: no hot
-    rows, every id is contracted from the cores (``layers/tt_rows.py``).
+    ``index``: the hot rows' hash index (``layers/hot_rows.py``), its rows contracted here by the same
+    product as the misses (so an id's row is the same bits cached or not); None: no hot rows, every
+    id is contracted. ``miss_tables``: store the half tables (``left``, ``right``) instead of the
+    cores, and contract an id as one product of their rows (``layers/miss_rows.py``) instead of the
+    chain of its core slices (``layers/tt_rows.py``).
     """
 
-    def __init__(self, layer: TTEmbedding, index: HotRowIndex | None = None, hot_rows: torch.Tensor | None = None) -> None:
+    def __init__(self, layer: TTEmbedding, index: HotRowIndex | None = None, miss_tables: bool = False) -> None:
         super().__init__()
-        self.cores = nn.ParameterList(nn.Parameter(c.detach().clone(), requires_grad=False) for c in layer.gated_cores())
+        self.row_modes, self.embedding_dim, self.padding_idx = tuple(layer.row_modes), layer.embedding_dim, layer.padding_idx
+        self.dead = 0 in layer.physical_ranks  # a bond pruned to rank 0: every row is zeros
+        self.miss_tables = miss_tables and not self.dead
+        cores = [] if self.miss_tables else [nn.Parameter(c.detach().clone(), requires_grad=False) for c in layer.gated_cores()]
+        self.cores = nn.ParameterList(cores)
+        if self.miss_tables:
+            halves = StackedHalfTables([layer])
+            self.register_buffer("left", halves.left)
+            self.register_buffer("right", halves.right)
+            self.n_right, self.transposed = int(halves.n_right[0]), halves.transposed
         device = layer.cores[0].device
         self.register_buffer("tags", index.tags.clone() if index is not None else torch.empty(0, dtype=torch.long, device=device))
         self.register_buffer("position", index.position.clone() if index is not None else torch.empty(0, dtype=torch.int32, device=device))
-        self.register_buffer("hot_rows", hot_rows.detach().clone() if hot_rows is not None else layer.cores[0].new_zeros(0, layer.embedding_dim))
-        self.row_modes, self.embedding_dim, self.padding_idx = tuple(layer.row_modes), layer.embedding_dim, layer.padding_idx
+        self.register_buffer("hot_rows", layer.cores[0].new_zeros(0, layer.embedding_dim))
+        if index is not None:
+            self.hot_rows = self._contract(index.ids).detach()
         self.mask = max(self.tags.numel() - 1, 0)
-        self.dead = 0 in layer.physical_ranks  # a bond pruned to rank 0: every row is zeros
 
     @property
     def num_hot_rows(self) -> int:
@@ -109,6 +125,8 @@ class CoresEmbedding(nn.Module):
     def _contract(self, ids: torch.Tensor) -> torch.Tensor:
         if self.dead:
             return self.hot_rows.new_zeros(ids.numel(), self.embedding_dim)
+        if self.miss_tables:
+            return half_table_rows(self.left, self.right, ids // self.n_right, ids % self.n_right, self.transposed, self.embedding_dim)
         return chain_rows(list(self.cores), self.row_modes, ids)[:, : self.embedding_dim]
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:

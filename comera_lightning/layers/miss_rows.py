@@ -16,7 +16,8 @@ from collections.abc import Callable, Sequence
 import torch
 import torch.nn.functional as F
 
-__all__ = ["SCALAR_BMM_MACS", "SPARE_ROWS", "ServedRows", "StackedHalfTables", "block_offsets", "multiply_right_transposed"]
+__all__ = ["SCALAR_BMM_MACS", "SPARE_ROWS", "ServedRows", "StackedHalfTables", "block_offsets", "half_table_rows",
+           "multiply_right_transposed"]
 
 #: Rows added after the cached ones when a batch misses more than there is room for (kept for later batches).
 SPARE_ROWS = 1024
@@ -39,6 +40,17 @@ def multiply_right_transposed(rows_left: int, rows_right: int, rank: int) -> boo
 def block_offsets(sizes: Sequence[int], device: torch.device) -> torch.Tensor:
     """Where each of consecutive blocks of ``sizes`` starts: ``[0, s0, s0+s1, ...]`` without the total."""
     return torch.tensor([0, *torch.tensor(list(sizes)).cumsum(0)[:-1].tolist()], device=device)
+
+
+def half_table_rows(left: torch.Tensor, right: torch.Tensor, left_at: torch.Tensor, right_at: torch.Tensor, transposed: bool,
+                    dim: int) -> torch.Tensor:
+    """``left[left_at] @ right[right_at]`` per id (``right`` stored ``(N, M_R, r)`` when ``transposed``), the first ``dim`` columns.
+
+    Plain ops (gathers and one ``bmm``): ``export``'s table form runs the same product.
+    """
+    left_rows = F.embedding(left_at, left.flatten(1)).view(-1, *left.shape[1:])
+    right_rows = F.embedding(right_at, right.flatten(1)).view(-1, *right.shape[1:])
+    return torch.bmm(left_rows, right_rows.transpose(1, 2) if transposed else right_rows).flatten(1)[:, :dim]
 
 
 class StackedHalfTables:
@@ -80,9 +92,7 @@ class StackedHalfTables:
             n_right = self.n_right.index_select(0, table)
             left_at = self.left_base.index_select(0, table) + ids // n_right
             right_at = self.right_base.index_select(0, table) + ids % n_right
-        left = F.embedding(left_at, self.left.flatten(1)).view(-1, *self.left.shape[1:])
-        right = F.embedding(right_at, self.right.flatten(1)).view(-1, *self.right.shape[1:])
-        return torch.bmm(left, right.transpose(1, 2) if self.transposed else right).flatten(1)[:, : self.dim]
+        return half_table_rows(self.left, self.right, left_at, right_at, self.transposed, self.dim)
 
     def nbytes(self) -> int:
         return (self.left.numel() + self.right.numel()) * self.left.element_size()

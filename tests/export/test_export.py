@@ -181,3 +181,36 @@ def test_an_exported_tt_table_holds_its_cores_and_the_hot_rows_asked_for_not_hal
     with torch.no_grad():
         expected = model(other)
     assert "ok (300, 16)" in run_without_comera(tmp_path, path, (other,), expected)
+
+
+def test_a_table_form_with_miss_tables_serves_misses_from_the_half_tables_and_loads_with_torch_alone(tmp_path):
+    from comera_lightning import TTEmbedding
+    from comera_lightning.export.choice import embedding_form
+    from comera_lightning.export.forms import CoresEmbedding
+    from tests.layers.test_hot_rows import zipf_ids
+
+    torch.manual_seed(0)
+    rows = 200_000
+    layer = TTEmbedding(rows, 64, max_rank=8, num_cores=4, cache_rows=2_000)
+    layer.count_ids(zipf_ids(20_000, rows, seed=1))
+    layer.eval()
+    chosen = embedding_form(layer, hot_rows=True, miss_tables=True)
+    form = chosen.module
+    assert isinstance(form, CoresEmbedding) and not len(form.cores) and form.num_hot_rows  # half tables instead of cores
+    assert chosen.form == f"half tables + {form.num_hot_rows:,} hot rows"
+    stored = sum(t.numel() for t in form.buffers())
+    assert stored >= sum(t.numel() for t in layer.half_tables(layer.best_split(1)))
+    ids = zipf_ids(600, rows, seed=5).view(100, 6)
+    with torch.no_grad():
+        expected = layer(ids)
+        torch.testing.assert_close(form(ids), expected, rtol=1e-5, atol=1e-5)
+        cores = embedding_form(layer, hot_rows=True).module  # the cores' chain agrees
+        torch.testing.assert_close(form(ids), cores(ids), rtol=1e-5, atol=1e-5)
+        hot = form.hot_rows[form.position[form.tags >= 0].long()]  # the cached rows: the same bits as contracted misses
+        assert torch.equal(hot, form._contract(form.tags[form.tags >= 0].long()))
+    path = tmp_path / "table.pt2"
+    auto = torch.export.Dim.AUTO
+    torch.export.save(torch.export.export(form, (ids,), dynamic_shapes=({0: auto, 1: auto},)), path)
+    other = zipf_ids(300, rows, seed=11).view(50, 6)
+    with torch.no_grad():
+        assert "ok (50, 6, 64)" in run_without_comera(tmp_path, path, (other,), layer(other))
