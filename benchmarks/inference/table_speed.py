@@ -5,7 +5,10 @@ Systems, eval mode under ``torch.inference_mode``, one torch thread:
 * ``dense``: ``nn.Embedding`` holding the trained TT table's values (``TTEmbedding.to_embedding()``);
 * ``tt``: ``TTEmbedding(rows, dim, max_rank=R)`` with the defaults (a 4 MiB hot-row cache; ``--cache-rows``), trained
   for ``--train-batches`` batches (Adagrad on a random linear loss): its training-mode forwards count the ids;
-* ``tt_pruned``: ``tt`` with a third of every bond kept, then ``prune_`` (what CoMERA's late stage leaves).
+* ``tt_pruned``: ``tt`` with a third of every bond kept, then ``prune_`` (what CoMERA's late stage leaves);
+* ``export_cores`` / ``export_halves``: ``tt``'s ``export`` form (``export.choice.embedding_form`` with
+  ``hot_rows=True``): the cores and the hot rows, misses through the core chain, or the half tables and the hot
+  rows (``miss_tables=True``), misses through the eager layer's product; run eagerly (the ops an exported program runs).
 
 Ids: Zipf(``--zipf``) ranks scattered over the table by a fixed permutation (``embedding_workloads``),
 ``--batch`` bags of ``--bag`` ids (a ``(batch, bag)`` tensor in, ``(batch, bag, dim)`` rows out); training
@@ -85,6 +88,14 @@ def pruned(table: Any) -> Any:
     return other.eval()
 
 
+def exported_forms(table: Any) -> dict[str, Any]:
+    """``tt``'s two ``export`` forms: cores + hot rows, half tables + hot rows (``miss_tables=True``)."""
+    from comera_lightning.export.choice import embedding_form
+
+    forms = {"export_cores": embedding_form(table, hot_rows=True), "export_halves": embedding_form(table, hot_rows=True, miss_tables=True)}
+    return {name: chosen.module.eval() for name, chosen in forms.items()}
+
+
 def time_systems(systems: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
     """Interleaved rounds of every system on its own copy of each round's batch, by wall clock and by CPU time."""
     import torch
@@ -102,8 +113,8 @@ def memory(systems: dict[str, Any]) -> dict[str, Any]:
 
     out: dict[str, Any] = {"bytes": {}, "tt_parts": {}}
     for name, module in systems.items():
-        if name == "dense":
-            out["bytes"][name] = module.weight.numel() * module.weight.element_size()
+        if not hasattr(module, "inference_bytes"):  # dense, or an export form: what it stores
+            out["bytes"][name] = sum(t.numel() * t.element_size() for t in (*module.parameters(), *module.buffers()))
             continue
         out["bytes"][name] = module.inference_bytes()
         with torch.inference_mode():  # the serving state the timed calls built (with grad on it is built afresh)
@@ -254,7 +265,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     torch.set_num_threads(args.threads)
     start = time.perf_counter()
     table = trained_table(args)
-    systems = {"dense": table.to_embedding().eval(), "tt": table, "tt_pruned": pruned(table)}
+    systems = {"dense": table.to_embedding().eval(), "tt": table, "tt_pruned": pruned(table), **exported_forms(table)}
     timing = time_systems(systems, args)
     report: dict[str, Any] = {
         "benchmark": "table_speed", "command": command_line(["-m", __spec__.name, *without_out(argv)]),

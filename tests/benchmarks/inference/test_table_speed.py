@@ -17,7 +17,7 @@ def test_quick_run_times_sizes_and_checks_every_system(tmp_path):
     assert json.loads(out.read_text())["benchmark"] == "table_speed"
     for clock in ("wall", "cpu"):
         timed = report["timing"][clock]
-        assert list(timed["ms_median"]) == ["dense", "tt", "tt_pruned"] and all(ms > 0 for ms in timed["ms_median"].values())
+        assert list(timed["ms_median"]) == ["dense", "tt", "tt_pruned", "export_cores", "export_halves"] and all(ms > 0 for ms in timed["ms_median"].values())
         rounds = timed["ms_rounds"]
         paired = sorted(d / t for d, t in zip(rounds["dense"], rounds["tt"]))
         assert len(paired) == 2 and paired[0] <= timed["dense_over_paired"]["tt"] <= paired[-1]
