@@ -108,7 +108,7 @@ class CoresEmbedding(nn.Module):
             halves = StackedHalfTables([layer])
             self.register_buffer("left", halves.left)
             self.register_buffer("right", halves.right)
-            self.n_right, self.transposed = int(halves.n_right[0]), halves.transposed
+            self.n_right, self.transposed = halves.single_n_right, halves.transposed
         device = layer.cores[0].device
         self.register_buffer("tags", index.tags.clone() if index is not None else torch.empty(0, dtype=torch.long, device=device))
         self.register_buffer("position", index.position.clone() if index is not None else torch.empty(0, dtype=torch.int32, device=device))

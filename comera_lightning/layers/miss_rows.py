@@ -70,7 +70,7 @@ class StackedHalfTables:
         self.right = torch.cat([right.transpose(1, 2) if self.transposed else right for right in rights])
         device = self.left.device
         self.n_right = torch.tensor([right.shape[0] for _, right in halves], device=device)
-        self.one_table = len(tables) == 1
+        self.single_n_right = int(self.n_right[0]) if len(tables) == 1 else None  # (read once: no host sync per call)
         self.left_base = block_offsets([left.shape[0] for left, _ in halves], device)
         self.right_base = block_offsets(self.n_right.tolist(), device)
         self.dim = tables[0].embedding_dim
@@ -85,9 +85,8 @@ class StackedHalfTables:
 
     def rows(self, ids: torch.Tensor, table: torch.Tensor | None = None) -> torch.Tensor:
         """Rows of ``ids``, each in the stacked table number ``table`` (None: one table): one ``(M_L × r)·(r × M_R)`` product per id."""
-        if self.one_table:
-            n_right = int(self.n_right[0])
-            left_at, right_at = ids // n_right, ids % n_right
+        if self.single_n_right is not None:
+            left_at, right_at = ids // self.single_n_right, ids % self.single_n_right
         else:
             n_right = self.n_right.index_select(0, table)
             left_at = self.left_base.index_select(0, table) + ids // n_right

@@ -43,9 +43,10 @@ class TTEmbedding(TTModule):
 
     **Hot rows.** Training-mode forwards count the ids (bounded memory, ``hot_rows.py``); in eval
     mode without autograd the ``cache_rows`` most frequent rows are materialised from the cores
-    and served by a gather, only the misses are contracted. The rows are rebuilt whenever a core,
-    gate or mask changes, so they are exact. ``cache_rows=None`` keeps 4 MiB of rows (the whole
-    table when smaller), ``0`` turns the cache off; ``count_ids`` counts ids without training.
+    and served by a gather, only the misses are contracted (through the half tables:
+    ``table_serving.py``). The rows are rebuilt whenever a core, gate or mask changes, so they are
+    exact. ``cache_rows=None`` keeps 4 MiB of rows (the whole table when smaller), ``0`` turns the
+    cache off; ``count_ids`` counts ids without training.
     """
 
     def __init__(
