@@ -14,8 +14,8 @@ Ids: Zipf(``--zipf``) ranks scattered over the table by a fixed permutation (``e
 ``--batch`` bags of ``--bag`` ids (a ``(batch, bag)`` tensor in, ``(batch, bag, dim)`` rows out); training
 and timed batches from different seeds. Timing (``embedding_timing.interleave``): per round each system
 once on that round's batch, order rotated; ``dense_over_paired`` is the median of the rounds' own
-dense/system ratios. Twice: wall clock, and the thread's CPU time (on a shared host a process that is
-descheduled mid-call is charged wall time it did not run).
+dense/system ratios (``cores_over_halves_paired``: the two export forms' own). Twice: wall clock, and the
+thread's CPU time (on a shared host a process that is descheduled mid-call is charged wall time it did not run).
 
 Also: bytes (dense: its weight; TT: ``inference_bytes()``, i.e. parameters, buffers and the serving
 cache, with the cache's parts), the misses per batch, exactness (the cached rows against the same ids
@@ -63,7 +63,7 @@ def trained_table(args: argparse.Namespace) -> Any:
     from comera_lightning import TTEmbedding
 
     torch.manual_seed(args.seed)
-    table = TTEmbedding(args.rows, args.dim, max_rank=args.max_rank, cache_rows=args.cache_rows)
+    table = TTEmbedding(args.rows, args.dim, max_rank=args.max_rank, num_cores=args.num_cores, cache_rows=args.cache_rows)
     optimizer = torch.optim.Adagrad(table.parameters(), lr=0.01)
     direction = torch.randn(args.dim)
     for ids in zipf_batches(args, args.train_batches, args.seed + 100):
@@ -103,8 +103,12 @@ def time_systems(systems: dict[str, Any], args: argparse.Namespace) -> dict[str,
     batches = zipf_batches(args, args.warmup + args.rounds, args.seed + 1)
     calls = {name: (lambda i, m=module, b=[x.clone() for x in batches]: m(b[i])) for name, module in systems.items()}
     with torch.inference_mode():
-        return {"wall": interleave(calls, args.rounds, args.warmup, 1),
-                "cpu": interleave(calls, args.rounds, args.warmup, 1, clock=time.thread_time)}
+        timed = {"wall": interleave(calls, args.rounds, args.warmup, 1),
+                 "cpu": interleave(calls, args.rounds, args.warmup, 1, clock=time.thread_time)}
+    for clock in timed.values():  # the two export forms against each other, paired in time as against dense
+        rounds = clock["ms_rounds"]
+        clock["cores_over_halves_paired"] = statistics.median(c / h for c, h in zip(rounds["export_cores"], rounds["export_halves"]))
+    return timed
 
 
 def memory(systems: dict[str, Any]) -> dict[str, Any]:
@@ -217,6 +221,8 @@ def markdown(report: dict[str, Any]) -> str:
         ratio = sizes["dense_over"].get(name)
         cells.append(f"{sizes['bytes'][name] / 1e6:.2f}" + (f" ({ratio:.1f}×)" if ratio is not None else ""))
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    lines.append("\nexport forms, cores + hot rows / half tables + hot rows (median of paired rounds): wall "
+                 f"{timing['wall']['cores_over_halves_paired']:.2f}×, CPU {timing['cpu']['cores_over_halves_paired']:.2f}×")
     exact, layout = report["exactness"], report["layouts"]
     lines.append(f"\ncached rows bitwise equal to the same ids contracted as misses: {exact['cached_equal_misses_bitwise']} "
                  f"({exact['cached_rows_checked']} rows); served vs training-mode rows: max |diff| {exact['max_abs_vs_training_rows']:.2e} "
@@ -234,6 +240,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--dim", type=int, default=64)
     parser.add_argument("--max-rank", type=int, default=32)
+    parser.add_argument("--num-cores", type=int, default=4)
     parser.add_argument("--batch", type=int, default=4096, help="bags per batch")
     parser.add_argument("--bag", type=int, default=8, help="ids per bag")
     parser.add_argument("--cache-rows", type=int, default=None, help="the TT table's hot rows (default: the layer's, 4 MiB of rows)")

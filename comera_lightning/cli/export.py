@@ -79,7 +79,8 @@ def export_main(args: Sequence[str]) -> Path:
     parser.add_argument("--out", required=True, help="the program file to write (.pt2)")
     parser.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
     parser.add_argument("--prefer", choices=PREFER, default="size",
-                        help="size (default): every TT layer in its smallest form; speed: small tables and layers expanded where faster")
+                        help="size (default): every TT layer in its smallest form; speed: small tables and layers expanded, "
+                             "large tables' misses served from half tables, where faster")
     parser.add_argument("--hot_rows", type=int, default=None, metavar="BYTES",
                         help="keep each table's most frequent counted rows, up to BYTES per table (default: none with "
                              "--prefer size, the table's cache_rows with speed; 0: none)")

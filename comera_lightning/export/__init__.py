@@ -2,9 +2,10 @@
 
 The program holds every TT layer in the inference form ``prefer`` chooses (``choice.py``): by default
 the smallest, so a model compressed in training stays compressed (its cores; hot rows only when
-``hot_rows`` asks for them); ``prefer="speed"`` expands small tables and layers where that measured
-faster. It holds nothing of comera_lightning, Lightning or TorchRec: ``torch.export.load(path).module()(*inputs)``
-runs with torch alone. ``export_with_report`` also returns the per-layer table (``ExportReport``).
+``hot_rows`` asks for them); ``prefer="speed"`` expands small tables and layers, and serves large
+tables' misses from half tables, where that measured faster. It holds nothing of comera_lightning,
+Lightning or TorchRec: ``torch.export.load(path).module()(*inputs)`` runs with torch alone.
+``export_with_report`` also returns the per-layer table (``ExportReport``).
 docs/INFERENCE.md has the forms, the tolerance and the measured sizes and speeds.
 """
 
@@ -119,13 +120,14 @@ def export(
     ``(dense, ids)``, see ``kjt_to_ids``); use a batch of at least 2 so the batch size stays
     dynamic (torch.export specialises sizes 0 and 1). ``prefer``: ``"size"`` (the smallest form of
     every TT layer: what was trained compressed stays compressed) or ``"speed"`` (small tables and
-    layers expanded where that measured faster); ``hot_rows``: None (``prefer``'s default: none for
-    "size"), False, True (each table's ``cache_rows`` most frequent counted rows) or a budget in bytes
-    per table (``choice.py``). ``dynamic_shapes="auto"`` lets every dim vary that the model allows;
-    pass ``None`` for static shapes or a ``torch.export`` spec. ``path`` must not exist unless
-    ``overwrite=True``. The outputs equal ``model``'s in eval mode up to float rounding (the cores are
-    contracted in another order: about 1e-5 relative in float32). The per-layer table is logged at INFO;
-    :func:`export_with_report` returns it.
+    layers expanded, large tables' misses served from half tables, where that measured faster);
+    ``hot_rows``: None (``prefer``'s default: none for "size"), False, True (each table's
+    ``cache_rows`` most frequent counted rows) or a budget in bytes per table (``choice.py``).
+    ``dynamic_shapes="auto"`` lets every dim vary that the model allows; pass ``None`` for static
+    shapes or a ``torch.export`` spec. ``path`` must not exist unless ``overwrite=True``. The outputs
+    equal ``model``'s in eval mode up to float rounding (the cores are contracted in another order:
+    about 1e-5 relative in float32). The per-layer table is logged at INFO; :func:`export_with_report`
+    returns it.
     """
     return export_with_report(model, example_inputs, path, prefer=prefer, hot_rows=hot_rows, dynamic_shapes=dynamic_shapes,
                               overwrite=overwrite)[0]

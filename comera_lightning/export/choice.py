@@ -9,12 +9,15 @@ either becomes dense only where dense is smaller. No hot rows unless ``hot_rows`
 ``TTLinear`` keeps its cores only where re-contracting them costs at most ``CONTRACTION_SHARE`` of
 its two matmuls for the rows per call the example inputs send through it, else its two factors
 (``r·(in + out)`` multiply-adds per row), or dense where ``r·(in + out) ≥ in·out``; a ``TTEmbedding``
-keeps the hot rows it counted (its ``cache_rows``: 4 MiB by default) and becomes a dense table
-where that budget holds the whole table.
+keeps the hot rows it counted (its ``cache_rows``: 4 MiB by default) and, with more than two cores,
+its two **half tables** instead of its cores: a miss is then one product of their rows, not the chain
+of its core slices (``forms.CoresEmbedding``), measured 1.25–7.8× faster than the cores with the same
+hot rows (3 and 4 cores, dim 16–64, rank 4–32, batch 1 and 4,096; a DLRM program 1.04–1.18×:
+docs/INFERENCE.md, "Size or speed"), for more bytes (2.3 MB instead of 0.8 MB at 1M × 64, rank 32).
+It becomes a dense table where the hot-row budget holds the whole table, or where dense is smaller.
 
-``miss_tables=True`` (``embedding_form`` only; either ``prefer``) keeps a ``TTEmbedding``'s two half tables
-instead of its cores: a miss is then one product of their rows, not the chain of its core slices
-(``forms.CoresEmbedding``), for more bytes.
+``miss_tables`` (``embedding_form`` only): None (``prefer``'s default: cores for "size", half tables
+for "speed" with more than two cores), True (half tables) or False (cores).
 
 ``hot_rows``: None (``prefer``'s default: none for "size", each table's ``cache_rows`` for
 "speed"), False (none), True (each table's ``cache_rows``) or a budget in bytes per table. The hot
@@ -33,6 +36,7 @@ from comera_lightning.export.report import format_bytes, module_bytes, tensor_by
 from comera_lightning.layers import TTEmbedding, TTLinear
 from comera_lightning.layers.contraction import chain_cost
 from comera_lightning.layers.hot_rows import HotRowIndex
+from comera_lightning.layers.tt_rows import chain_cost_per_id
 
 __all__ = ["CONTRACTION_SHARE", "PREFER", "Chosen", "check_choice", "embedding_form", "linear_form"]
 
@@ -53,7 +57,8 @@ def check_choice(prefer: str, hot_rows: bool | int | None) -> None:
     """Refuse a ``prefer`` or ``hot_rows`` that ``export`` does not know, naming the valid values."""
     if prefer not in PREFER:
         raise ValueError(f"export: prefer={prefer!r} is not one of {PREFER}: 'size' keeps every TT layer in its compressed "
-                         "form, 'speed' expands small tables and layers where that measured faster.")
+                         "form, 'speed' expands small tables and layers (large tables: hot rows and half tables) where that "
+                         "measured faster.")
     if hot_rows is not None and not isinstance(hot_rows, bool) and (not isinstance(hot_rows, int) or hot_rows < 0):
         raise ValueError(f"export: hot_rows={hot_rows!r} must be None (prefer's default), True (each table's cache_rows), "
                          "False (none) or a budget in bytes per table (an int >= 0).")
@@ -102,8 +107,17 @@ def _hot_row_budget(layer: TTEmbedding, prefer: str, hot_rows: bool | int | None
     return min(layer.num_embeddings, hot_rows // (layer.embedding_dim * layer.cores[0].element_size()))
 
 
-def embedding_form(layer: TTEmbedding, prefer: str = "size", hot_rows: bool | int | None = None, miss_tables: bool = False) -> Chosen:
+def _miss_work(layer: TTEmbedding, form: CoresEmbedding) -> str:
+    """A miss's multiply-adds in ``form``'s half tables beside the chain of ``layer``'s cores."""
+    product = form.left.shape[1] * form.right[0].numel()
+    return f"a miss is one product of {product:,} multiply-adds, {chain_cost_per_id([c.shape for c in layer.cores]):,} through the cores"
+
+
+def embedding_form(layer: TTEmbedding, prefer: str = "size", hot_rows: bool | int | None = None,
+                   miss_tables: bool | None = None) -> Chosen:
     """``layer``'s cores or half tables (plus the hot rows ``hot_rows`` allows), or its dense ``nn.Embedding`` (module docstring)."""
+    if miss_tables is None:  # two cores: the half tables are the cores (as large, no clear gain: 1.00x CPU)
+        miss_tables = prefer == "speed" and len(layer.cores) > 2
     with torch.no_grad():
         budget = _hot_row_budget(layer, prefer, hot_rows)
         dense = layer.num_embeddings * layer.embedding_dim * layer.cores[0].element_size()
@@ -122,8 +136,9 @@ def embedding_form(layer: TTEmbedding, prefer: str = "size", hot_rows: bool | in
     if form.num_hot_rows:
         cache = tensor_bytes([form.tags, form.position, form.hot_rows])
         why = f"{kept} {format_bytes(stored - cache)} + hot rows and their index {format_bytes(cache)} < dense {format_bytes(dense)}"
-        return Chosen(form, f"{kept} + {form.num_hot_rows:,} hot rows", why)
-    why = f"{'half tables (asked for)' if form.miss_tables else 'smallest: cores'} {format_bytes(stored)}, dense {format_bytes(dense)}"
-    if budget:
-        why += " (no ids counted: no hot rows)"
-    return Chosen(form, kept, why)
+    else:
+        why = f"{kept if form.miss_tables else 'smallest: cores'} {format_bytes(stored)}, dense {format_bytes(dense)}"
+        why += " (no ids counted: no hot rows)" if budget else ""
+    if form.miss_tables:
+        why += f"; {_miss_work(layer, form)}"
+    return Chosen(form, f"{kept} + {form.num_hot_rows:,} hot rows" if form.num_hot_rows else kept, why)

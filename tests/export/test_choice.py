@@ -87,8 +87,15 @@ def test_hot_rows_are_kept_only_when_asked_for_and_counted_in_the_report():
     # every counted id, or a budget in bytes of rows: 100 rows of 16 floats (a few ids lose their hash slot to hotter ones)
     assert 450 <= hot.module.num_hot_rows <= 500 and hot.form == f"cores + {hot.module.num_hot_rows} hot rows"
     assert 80 <= budget.module.num_hot_rows <= 100
-    assert embedding_form(layer, "speed").form == hot.form  # "speed" keeps the table's own cache_rows
-    assert embedding_form(layer, "speed", hot_rows=False).form == "cores"
+    speed = embedding_form(layer, "speed")  # the table's own cache_rows, and half tables instead of the cores
+    assert speed.form == f"half tables + {hot.module.num_hot_rows} hot rows" and not len(speed.module.cores)
+    assert "a miss is one product of 128 multiply-adds, 640 through the cores" in speed.why
+    with torch.no_grad():
+        torch.testing.assert_close(speed.module(ids), expected, **TOLERANCE)
+    assert embedding_form(layer, "speed", hot_rows=False).form == "half tables"
+    assert embedding_form(layer, "speed", miss_tables=False).form == hot.form
+    two_cores = TTEmbedding(100_000, 16, max_rank=8, num_cores=2).eval()  # its half tables are its cores: nothing to gain
+    assert embedding_form(two_cores, "speed", hot_rows=False).form == "cores"
     fits = embedding_form(layer, hot_rows=100_000 * 16 * 4)  # a budget that holds the whole table: the table itself
     assert isinstance(fits.module, nn.Embedding) and "whole table" in fits.why
 

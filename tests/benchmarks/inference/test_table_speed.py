@@ -21,6 +21,8 @@ def test_quick_run_times_sizes_and_checks_every_system(tmp_path):
         rounds = timed["ms_rounds"]
         paired = sorted(d / t for d, t in zip(rounds["dense"], rounds["tt"]))
         assert len(paired) == 2 and paired[0] <= timed["dense_over_paired"]["tt"] <= paired[-1]
+        forms = sorted(c / h for c, h in zip(rounds["export_cores"], rounds["export_halves"]))
+        assert forms[0] <= timed["cores_over_halves_paired"] <= forms[-1]
     memory = report["memory"]
     assert memory["bytes"]["dense"] == 100_000 * 64 * 4 and memory["dense_over"]["tt"] > 5
     parts = memory["tt_parts"]["tt"]
