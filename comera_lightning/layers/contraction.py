@@ -39,11 +39,16 @@ def _chain_plan(ranks: tuple[int, ...], sizes: tuple[int, ...]) -> tuple[int, ob
     return cost[0][n - 1], tree[0][n - 1]
 
 
+def _plan(ranks: tuple[int, ...], sizes: tuple[int, ...]) -> tuple[int, object]:
+    """``_chain_plan``; while torch.compile traces, the function itself (it warns when it meets the cache's wrapper)."""
+    return (_chain_plan.__wrapped__ if torch.compiler.is_compiling() else _chain_plan)(ranks, sizes)
+
+
 def chain_cost(ranks: Sequence[int], sizes: Sequence[int]) -> int:
     """Multiply-adds needed to contract a train with bond ``ranks`` (r_0..r_K) and mode ``sizes``."""
     if not sizes:
         return 0
-    return _chain_plan(tuple(ranks), tuple(sizes))[0]
+    return _plan(tuple(ranks), tuple(sizes))[0]
 
 
 def contract_chain(cores: Sequence[torch.Tensor]) -> torch.Tensor:
@@ -54,7 +59,7 @@ def contract_chain(cores: Sequence[torch.Tensor]) -> torch.Tensor:
     """
     ranks = tuple(c.shape[0] for c in cores) + (cores[-1].shape[2],)
     sizes = tuple(c.shape[1] for c in cores)
-    _, tree = _chain_plan(ranks, sizes)
+    _, tree = _plan(ranks, sizes)
 
     def evaluate(node: object) -> torch.Tensor:
         if isinstance(node, int):

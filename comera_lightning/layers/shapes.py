@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 
-__all__ = ["factorize", "balanced_factors", "balance_halves", "bond_rank_caps", "resolve_max_ranks", "prod"]
+__all__ = ["factorize", "balanced_factors", "balance_halves", "bond_rank_caps", "cheapest", "resolve_max_ranks", "prod"]
 
 # A factorisation is "balanced" when its largest mode is at most this multiple of n**(1/d).
 BALANCE_TOLERANCE = 2.0
@@ -24,6 +24,16 @@ _SMALL_PRIMES = (2, 3, 5, 7)
 def prod(values: Sequence[int]) -> int:
     """Product of a sequence of ints (1 for an empty one)."""
     return math.prod(values)
+
+
+def cheapest(candidates: Sequence[int], cost: Callable[[int], tuple]) -> int:
+    """The candidate of least ``cost`` (the first on ties): ``min(key=...)`` written as a loop torch.compile traces."""
+    best, best_cost = candidates[0], cost(candidates[0])
+    for candidate in candidates[1:]:
+        candidate_cost = cost(candidate)
+        if candidate_cost < best_cost:
+            best, best_cost = candidate, candidate_cost
+    return best
 
 
 def _check_positive_int(name: str, value: object) -> int:

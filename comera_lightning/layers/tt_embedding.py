@@ -13,7 +13,7 @@ from comera_lightning.layers.contraction import chain_cost, contract_chain, tt_s
 from comera_lightning.layers.hot_rows import HotRowIndex, IdCounter, default_cache_rows, hottest
 from comera_lightning.layers.inference_cache import caching_allowed
 from comera_lightning.layers.interface import LayerSummary, format_modes
-from comera_lightning.layers.shapes import balance_halves, bond_rank_caps, factorize, prod
+from comera_lightning.layers.shapes import balance_halves, bond_rank_caps, cheapest, factorize, prod
 from comera_lightning.layers.table_serving import TableServing
 from comera_lightning.layers.tt_rows import chain_cost_per_id, chain_rows, grouped_chain_rows, grouped_cost_per_id, ids_are_checkable
 
@@ -189,7 +189,7 @@ class TTEmbedding(TTModule):
             tables = chain_cost(bonds[: s + 1], sizes[:s]) + chain_cost(bonds[s:], sizes[s:])
             return tables + num_ids * prod(self.col_modes[:s]) * bonds[s] * prod(self.col_modes[s:])
 
-        return min(range(1, len(self.cores)), key=lambda s: (cost(s), abs(2 * s - len(self.cores))))
+        return cheapest(range(1, len(self.cores)), lambda s: (cost(s), abs(2 * s - len(self.cores))))
 
     def _check_ids(self, ids: torch.Tensor) -> None:
         if ids.dtype not in (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8):

@@ -13,7 +13,7 @@ from comera_lightning.layers.base import TTModule
 from comera_lightning.layers.contraction import chain_cost, contract_chain, tt_svd
 from comera_lightning.layers.inference_cache import caching_allowed
 from comera_lightning.layers.interface import LayerSummary, format_modes
-from comera_lightning.layers.shapes import bond_rank_caps, factorize, prod
+from comera_lightning.layers.shapes import bond_rank_caps, cheapest, factorize, prod
 
 __all__ = ["TTLinear"]
 
@@ -172,7 +172,7 @@ class TTLinear(TTModule):
 
     def best_split(self, tokens: int, contract: bool = True) -> int:
         """The cut (number of cores on the left) with the fewest multiply-adds for ``tokens`` rows."""
-        return min(range(1, len(self.cores)), key=lambda s: (self._split_cost(s, tokens, contract), abs(s - len(self.in_modes))))
+        return cheapest(range(1, len(self.cores)), lambda s: (self._split_cost(s, tokens, contract), abs(s - len(self.in_modes))))
 
     def halves(self, split: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The cores left of bond ``split`` contracted to ``(1, ∏ left modes, r)``, those right of it to ``(r, ∏ right modes, 1)``."""

@@ -1,6 +1,6 @@
 import pytest
 
-from comera_lightning.layers.shapes import balance_halves, balanced_factors, bond_rank_caps, factorize, prod, resolve_max_ranks
+from comera_lightning.layers.shapes import balance_halves, balanced_factors, bond_rank_caps, cheapest, factorize, prod, resolve_max_ranks
 
 
 @pytest.mark.parametrize(
@@ -51,3 +51,8 @@ def test_balance_halves_evens_out_products():
     modes = balance_halves((8, 6, 4, 4))
     assert sorted(modes) == [4, 4, 6, 8]
     assert prod(modes[:2]) in (24, 32)
+
+
+def test_cheapest_takes_the_least_cost_and_the_first_on_ties():
+    assert cheapest(range(1, 5), lambda s: (abs(s - 3), 0)) == 3
+    assert cheapest([4, 2, 7], lambda s: (s % 2,)) == 4
