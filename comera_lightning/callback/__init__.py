@@ -22,7 +22,7 @@ from typing_extensions import override
 from comera_lightning.callback.events import StageEvents
 from comera_lightning.callback.hooks import non_finite_error, replace_loss, unwrap_methods, when_built, wrap_method
 from comera_lightning.callback.metrics import compression_metrics
-from comera_lightning.callback.trainer import capturing, check_supported, logs_this_step, use_atomic_checkpoints
+from comera_lightning.callback.trainer import check_supported, logs_this_step, syncs_forbidden, use_atomic_checkpoints
 from comera_lightning.checkpoint import install_checkpoint_loading
 from comera_lightning.checkpoint.resume import ResumeState, capture_rng_state, missed_epoch_end, run_missed_validation
 from comera_lightning.checkpoint.settings import callback_settings, warn_changed_settings
@@ -176,7 +176,7 @@ class ComeraCallback(Callback):
     # ------------------------------------------------------------------ objective
     def objective(self, task_loss: torch.Tensor) -> torch.Tensor:
         """The current stage's training objective for a task loss ``L`` (docs/METHOD.md §2)."""
-        if self.check_finite_loss and not capturing() and not bool(torch.isfinite(task_loss.detach()).all()):
+        if self.check_finite_loss and not syncs_forbidden() and not bool(torch.isfinite(task_loss.detach()).all()):
             raise non_finite_error(task_loss, self._trainer)
         loss = self.stage_objective(task_loss, self.schedule.stage)
         self.loss_target.observe(self.stage_objective.last["task_loss"])

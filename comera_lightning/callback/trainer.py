@@ -8,7 +8,7 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from comera_lightning.checkpoint.io import AtomicCheckpointIO
 
-__all__ = ["UNSUPPORTED_STRATEGIES", "capturing", "check_supported", "logs_this_step", "mean_over_ranks", "rewrap_ddp", "use_atomic_checkpoints"]
+__all__ = ["UNSUPPORTED_STRATEGIES", "check_supported", "logs_this_step", "mean_over_ranks", "rewrap_ddp", "syncs_forbidden", "use_atomic_checkpoints"]
 
 UNSUPPORTED_STRATEGIES = ("FSDPStrategy", "DeepSpeedStrategy", "ModelParallelStrategy", "XLAStrategy", "SingleDeviceXLAStrategy")
 
@@ -46,8 +46,10 @@ def mean_over_ranks(trainer: pl.Trainer, value: float) -> float:
     return float(trainer.strategy.reduce(torch.tensor(value, dtype=torch.float64, device=device), reduce_op="mean"))
 
 
-def capturing() -> bool:
-    """True while a CUDA graph is being captured, where a host sync (the finite-loss check) is not allowed."""
+def syncs_forbidden() -> bool:
+    """True while torch.compile traces or a CUDA graph is captured, where a host sync (the finite-loss check) is not allowed."""
+    if torch.compiler.is_compiling():
+        return True
     return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
 
 
