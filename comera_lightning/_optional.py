@@ -1,9 +1,11 @@
-"""One way to use optional dependencies (TorchRec, Hugging Face ``transformers``).
+"""One way to use optional dependencies (TorchRec, Hugging Face ``transformers``, Triton).
 
 ``require(module, feature)`` imports a module that a feature needs, or raises an
 ``ImportError`` naming the feature and the install command. ``loaded(module)`` imports it only if
 the program already has (a model holding a TorchRec module has imported torchrec), so checks
 like "is this an EmbeddingBagCollection?" never pay a slow import nor fail without the package.
+``installed(module)`` imports it when it can and returns None when it cannot (a faster path that
+needs Triton asks it once, and falls back to plain torch without it).
 ``lazy_exports(package, names)`` gives a package ``__init__`` a ``__getattr__`` that imports
 the submodule holding an optional name on first use.
 """
@@ -16,11 +18,11 @@ from collections.abc import Callable, Mapping
 from types import ModuleType
 from typing import Any
 
-__all__ = ["EXTRAS", "lazy_exports", "loaded", "require"]
+__all__ = ["EXTRAS", "installed", "lazy_exports", "loaded", "require"]
 
 #: The pip extra that installs each optional top-level package.
 EXTRAS = {
-    "torchrec": "recsys", "transformers": "hf",
+    "torchrec": "recsys", "transformers": "hf", "triton": "gpu",
     **dict.fromkeys(("jsonargparse", "yaml", "tokenizers", "pyarrow", "matplotlib", "wandb"), "cli"),
 }
 
@@ -40,6 +42,14 @@ def loaded(module: str) -> ModuleType | None:
     """``module`` if its top-level package is already imported and it imports cleanly, else None (never a slow import)."""
     if sys.modules.get(module.split(".", 1)[0]) is None:
         return None
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        return None
+
+
+def installed(module: str) -> ModuleType | None:
+    """``module`` imported, or None when it is not installed or fails to import (a fallback takes over)."""
     try:
         return importlib.import_module(module)
     except ImportError:

@@ -12,7 +12,7 @@ from tests.helpers.paths import ROOT
 def test_core_imports_without_the_cli_extra() -> None:
     # An import of an optional package made directly by a comera_lightning module fails (Lightning and
     # torchmetrics import some of them on their own when installed: those are allowed through).
-    blocked = ("tokenizers", "pyarrow", "matplotlib", "wandb", "jsonargparse", "torchrec", "transformers")
+    blocked = ("tokenizers", "pyarrow", "matplotlib", "wandb", "jsonargparse", "torchrec", "transformers", "triton")
     code = (
         "import sys\n"
         "class Block:\n"
@@ -30,3 +30,12 @@ def test_core_imports_without_the_cli_extra() -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_installed_imports_what_it_can_and_returns_none_for_the_rest() -> None:
+    import json
+
+    from comera_lightning._optional import installed
+
+    assert installed("json") is json
+    assert installed("a_package_nobody_installed") is None

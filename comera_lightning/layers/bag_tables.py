@@ -6,11 +6,12 @@ import torch
 from torch import nn
 
 from comera_lightning._optional import require
+from comera_lightning.layers.tt_rows import ids_are_checkable
 
 _configs = require("torchrec.modules.embedding_configs", "TTEmbeddingBagCollection")
 DataType, EmbeddingBagConfig, PoolingType = _configs.DataType, _configs.EmbeddingBagConfig, _configs.PoolingType
 
-__all__ = ["concat", "config_dtype", "dense_table", "table_std", "validate_tables"]
+__all__ = ["check_feature_ids", "concat", "config_dtype", "dense_table", "table_std", "validate_tables"]
 
 
 def config_dtype(config: EmbeddingBagConfig) -> torch.dtype:
@@ -53,3 +54,27 @@ def dense_table(config: EmbeddingBagConfig, device: torch.device | str | None, d
         with torch.no_grad():
             config.init_fn(table.weight)
     return table
+
+
+def check_feature_ids(tables: list[EmbeddingBagConfig], feature_names: list[list[str]], per_feature: list[list[torch.Tensor]]) -> None:
+    """Raise naming table, feature and id when an id is outside its table (one host sync, eager only)."""
+    checks = [
+        (config, name, values)
+        for config, names, table_values in zip(tables, feature_names, per_feature)
+        for name, values in zip(names, table_values)
+    ]
+    for config, name, values in checks:
+        if values.is_floating_point() or values.is_complex() or values.dtype == torch.bool:
+            raise TypeError(f"ids of feature {name!r} (table {config.name!r}) must be integers, got dtype {values.dtype}.")
+    if not ids_are_checkable():
+        return
+    bad = [((values < 0) | (values >= config.num_embeddings)).any() for config, _, values in checks]
+    if not bool(torch.stack(bad).any()):
+        return
+    for config, name, values in checks:
+        wrong = values[(values < 0) | (values >= config.num_embeddings)]
+        if wrong.numel():
+            raise IndexError(
+                f"id {int(wrong[0])} of feature {name!r} is out of range for table {config.name!r} "
+                f"with {config.num_embeddings} rows (valid ids: 0..{config.num_embeddings - 1})."
+            )

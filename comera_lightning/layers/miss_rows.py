@@ -46,7 +46,8 @@ def half_table_rows(left: torch.Tensor, right: torch.Tensor, left_at: torch.Tens
                     dim: int) -> torch.Tensor:
     """``left[left_at] @ right[right_at]`` per id (``right`` stored ``(N, M_R, r)`` when ``transposed``), the first ``dim`` columns.
 
-    Plain ops (gathers and one ``bmm``): ``export``'s table form runs the same product.
+    Plain ops (gathers and one ``bmm``): ``export``'s table form runs the same product, and so does the fused
+    kernels' torch path (``kernels/reference.py``).
     """
     left_rows = F.embedding(left_at, left.flatten(1)).view(-1, *left.shape[1:])
     right_rows = F.embedding(right_at, right.flatten(1)).view(-1, *right.shape[1:])

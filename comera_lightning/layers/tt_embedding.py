@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from comera_lightning.layers.base import TTModule
@@ -13,9 +12,11 @@ from comera_lightning.layers.contraction import chain_cost, contract_chain, tt_s
 from comera_lightning.layers.hot_rows import HotRowIndex, IdCounter, default_cache_rows, hottest
 from comera_lightning.layers.inference_cache import caching_allowed
 from comera_lightning.layers.interface import LayerSummary, format_modes
+from comera_lightning.layers.kernels import fused_kernels_apply, two_factor_bags, two_factor_rows
 from comera_lightning.layers.shapes import balance_halves, bond_rank_caps, cheapest, factorize, prod
 from comera_lightning.layers.table_serving import TableServing
-from comera_lightning.layers.tt_rows import chain_cost_per_id, chain_rows, grouped_chain_rows, grouped_cost_per_id, ids_are_checkable
+from comera_lightning.layers.tt_rows import (chain_cost_per_id, chain_rows, check_ids, grouped_chain_rows, grouped_cost_per_id,
+                                             ids_are_checkable)
 
 __all__ = ["LOOKUPS", "TTEmbedding"]
 
@@ -36,6 +37,9 @@ class TTEmbedding(TTModule):
     * ``"chain"``: each id's row is the product of its slices of every core (``tt_rows.py``; in
       eager mode the ids are grouped by each middle core's digit, one larger product per slice):
       nothing per call, more per id; the cheaper one when a batch touches few rows of a big table.
+
+    On CUDA with Triton installed, two cores (either lookup), or a longer train's half tables, run as one fused
+    kernel, forward and backward (``kernels/``); CPU keeps the torch path.
 
     With ``deduplicate`` (eager mode) each distinct id is contracted once and its gradient
     accumulated once; the sort this needs costs more than it saves for text-like batches on CPU,
@@ -191,22 +195,6 @@ class TTEmbedding(TTModule):
 
         return cheapest(range(1, len(self.cores)), lambda s: (cost(s), abs(2 * s - len(self.cores))))
 
-    def _check_ids(self, ids: torch.Tensor) -> None:
-        if ids.dtype not in (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8):
-            raise TypeError(f"TTEmbedding expects integer ids, got dtype {ids.dtype}.")
-        if not ids.numel():
-            return
-        if not ids_are_checkable():
-            if not torch.compiler.is_compiling():  # capturing a CUDA graph: a device-side assert, run on every replay
-                valid = ((ids >= 0) & (ids < self.num_embeddings)).all()
-                torch._assert_async(valid, f"an id is out of range for a TTEmbedding of {self.num_embeddings} rows (valid: 0..{self.num_embeddings - 1}).")
-            return
-        extent = torch.aminmax(ids)  # (one pass)
-        low, high = int(extent.min), int(extent.max)
-        if low < 0 or high >= self.num_embeddings:
-            bad = low if low < 0 else high
-            raise IndexError(f"id {bad} is out of range for a TTEmbedding of {self.num_embeddings} rows (valid: 0..{self.num_embeddings - 1}).")
-
     def uses_chain(self, num_ids: int, split: int) -> bool:
         """Whether ``num_ids`` lookups now take the per-id chain rather than the half tables cut at ``split``."""
         if self.lookup_mode != "auto":
@@ -220,22 +208,36 @@ class TTEmbedding(TTModule):
         per_id = grouped_cost_per_id(shapes) if ids_are_checkable() else chain_cost_per_id(shapes)  # (the chain lookup's choice)
         return num_ids * per_id < tables
 
+    def _fused_split(self, num_ids: int) -> int | None:
+        """The cut whose half tables the fused kernel (``kernels/``) multiplies for ``num_ids`` lookups, or None (torch path):
+        two cores are their own half tables; a longer train's where they are the cheaper lookup."""
+        if not fused_kernels_apply(self.cores[0]):
+            return None
+        split = self.best_split(num_ids)
+        return split if len(self.cores) == 2 or not self.uses_chain(num_ids, split) else None
+
     def lookup(self, ids: torch.Tensor) -> torch.Tensor:
         """Rows for a 1-D tensor of ids, ``(len(ids), embedding_dim)``, contracted from the cores (no hot rows)."""
         if 0 in self.physical_ranks:
             return self.dead_output((ids.numel(), self.embedding_dim), self.cores[0].new_zeros(()))  # ids carry no gradient
-        split = self.best_split(ids.numel())  # (the tables' cost keeps them small, also when cached)
-        if self.uses_chain(ids.numel(), split):
-            if ids_are_checkable() and ids.numel():  # eager: by digit groups (the groups' sizes need a host sync)
-                return grouped_chain_rows(list(self.cores), self.bond_scales(), self.row_modes, ids)[:, : self.embedding_dim]
-            return chain_rows(self.gated_cores(), self.row_modes, ids)[:, : self.embedding_dim]
+        split = self._fused_split(ids.numel())
+        if split is None:
+            split = self.best_split(ids.numel())  # (the tables' cost keeps them small, also when cached)
+            if self.uses_chain(ids.numel(), split):
+                if ids_are_checkable() and ids.numel():  # eager: by digit groups (the groups' sizes need a host sync)
+                    return grouped_chain_rows(list(self.cores), self.bond_scales(), self.row_modes, ids)[:, : self.embedding_dim]
+                return chain_rows(self.gated_cores(), self.row_modes, ids)[:, : self.embedding_dim]
         left, right = self.cached(("half_tables", split), lambda: self.half_tables(split))
-        n_right = right.shape[0]
-        # F.embedding gathers with a much faster backward than advanced indexing on CPU.
-        left_rows = F.embedding(ids // n_right, left.flatten(1)).view(-1, *left.shape[1:])
-        right_rows = F.embedding(ids % n_right, right.flatten(1)).view(-1, *right.shape[1:])
-        rows = torch.bmm(left_rows, right_rows)  # (B, M_L, M_R)
-        return rows.reshape(ids.numel(), left.shape[1] * right.shape[2])[:, : self.embedding_dim]  # -1 is ambiguous for 0 ids
+        return two_factor_rows(left, right, ids)[:, : self.embedding_dim]
+
+    def fused_bags(self, ids: torch.Tensor, lengths: torch.Tensor, weights: torch.Tensor | None = None, *,
+                   mean: bool = False) -> torch.Tensor | None:
+        """``(len(lengths), embedding_dim)`` bags of 1-D ``ids`` pooled by the fused kernel where it runs, else None."""
+        split = self._fused_split(ids.numel()) if ids.numel() and 0 not in self.physical_ranks else None
+        if split is None:
+            return None
+        self._count_training_ids(ids)
+        return two_factor_bags(*self.half_tables(split), ids, lengths, weights, mean=mean)[:, : self.embedding_dim]
 
     # ------------------------------------------------------------------ hot rows
     @property
@@ -316,18 +318,20 @@ class TTEmbedding(TTModule):
         """Rows of 1-D ids: from the hot rows at inference, else contracted (each distinct id once with ``deduplicate``)."""
         if self.serves_hot_rows() and 0 not in self.physical_ranks:
             return self.serving().rows(flat)
-        counting = self.training and self.id_counter.capacity and ids_are_checkable()
         if self.deduplicate and ids_are_checkable() and flat.numel() > 1:
             unique, inverse, counts = torch.unique(flat, return_inverse=True, return_counts=True)
-            if counting:
-                self.count_ids(unique, counts)
+            self._count_training_ids(unique, counts)
             return self.lookup(unique)[inverse]
-        if counting:
-            self.count_ids(flat)
+        self._count_training_ids(flat)
         return self.lookup(flat)
 
+    def _count_training_ids(self, ids: torch.Tensor, counts: torch.Tensor | None = None) -> None:
+        """Count a training forward's ids (eager only: merging counts needs host syncs; compiled training counts none)."""
+        if self.training and self.id_counter.capacity and ids_are_checkable():
+            self.count_ids(ids, counts)
+
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        self._check_ids(ids)
+        check_ids(ids, self.num_embeddings)
         flat = ids.reshape(-1).long()
         rows = self.rows(flat)
         if self.padding_idx is not None:

@@ -10,9 +10,11 @@ nothing, stay dense ``nn.Embedding`` weights pooled by the same code. Both live 
 Forward in training, per table: the ids of all its features are concatenated, deduplicated in
 eager mode (and counted, for the hot rows), each distinct id is contracted once, and the bags are
 pooled over those rows (``bag_pooling.py``: one gather for every feature when each bag holds one
-id; plain torch, no fbgemm). At inference (eval, no autograd) all tables are served at once from
-one hot-row cache (``bag_serving.py``). torchrec is optional:
-importing this module without it raises an ``ImportError`` saying how to install it.
+id; plain torch, no fbgemm). On CUDA with Triton installed, a TT table's bags are pooled by one
+fused kernel instead, forward and backward, with no deduplication and no rows in memory
+(``kernels/``). At inference (eval, no autograd) all tables are served at once from one hot-row
+cache (``bag_serving.py``). torchrec is optional: importing this module without it raises an
+``ImportError`` saying how to install it.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ from torch import nn
 from comera_lightning._optional import loaded, require
 from comera_lightning.layers.bag_pooling import gather_single_ids, pool_bags
 from comera_lightning.layers.bag_serving import CollectionCache
-from comera_lightning.layers.bag_tables import EmbeddingBagConfig, PoolingType, concat, config_dtype, dense_table, table_std, validate_tables
+from comera_lightning.layers.bag_tables import (EmbeddingBagConfig, PoolingType, check_feature_ids, concat, config_dtype, dense_table, table_std,
+                                               validate_tables)
 from comera_lightning.layers.inference_cache import caching_allowed
 from comera_lightning.layers.interface import LayerSummary, TensorizedModule
 from comera_lightning.layers.tt_embedding import TTEmbedding
@@ -137,20 +140,31 @@ class TTEmbeddingBagCollection(EmbeddingBagCollectionInterface, TensorizedModule
 
         keys_of = [[position[f] for f in names] for names in self._feature_names]
         per_feature = [[features.values()[value_offsets[i] : value_offsets[i + 1]] for i in keys] for keys in keys_of]
-        self._check_ids(per_feature)
-        tables = [self._table_rows(config, concat(values)) for config, values in zip(self._embedding_bag_configs, per_feature)]
+        check_feature_ids(self._embedding_bag_configs, self._feature_names, per_feature)
+        table_ids = [concat(values) for values in per_feature]
         bag_weights = [concat([weights[value_offsets[i] : value_offsets[i + 1]] for i in keys]) if self._is_weighted else None
                        for keys in keys_of]
         lengths = [concat([features.lengths()[length_offsets[i] : length_offsets[i + 1]] for i in keys]).long() for keys in keys_of]
-        values = self._gather_single_ids(tables, lengths, bag_weights, features)
+        fused = [self._fused_bags(*args) for args in zip(self._embedding_bag_configs, table_ids, lengths, bag_weights)]
+        tables = [None if out is not None else self._table_rows(config, ids) for config, ids, out in zip(self._embedding_bag_configs, table_ids, fused)]
+        values = None if any(out is not None for out in fused) else self._gather_single_ids(tables, lengths, bag_weights, features)
         if values is None:
             pooled: list[torch.Tensor] = []
-            for config, keys, (rows, index), table_lengths, table_weights in zip(self._embedding_bag_configs, keys_of, tables, lengths, bag_weights):
-                out = pool_bags(rows, index, table_lengths, table_weights, mean=config.pooling == PoolingType.MEAN)
+            for config, keys, table, out, table_lengths, table_weights in zip(self._embedding_bag_configs, keys_of, tables, fused, lengths, bag_weights):
+                if out is None:
+                    out = pool_bags(*table, table_lengths, table_weights, mean=config.pooling == PoolingType.MEAN)
                 out = out.to(torch.promote_types(out.dtype, torch.float32))
                 pooled.extend(out.split([strides[i] for i in keys]) if len(keys) > 1 else [out])  # (a split's backward copies)
             values = torch.cat(self._expand_variable_batch(features, pooled), dim=1)
         return KeyedTensor(keys=self._embedding_names, values=values, length_per_key=self._lengths_per_embedding)
+
+    def _fused_bags(self, config: EmbeddingBagConfig, ids: torch.Tensor, lengths: torch.Tensor,
+                    weights: torch.Tensor | None) -> torch.Tensor | None:
+        """A TT table's bags pooled by the fused kernel where it runs (CUDA, Triton: ``TTEmbedding.fused_bags``), else None."""
+        table = self.embedding_bags[config.name]
+        if not isinstance(table, TTEmbedding):
+            return None
+        return table.fused_bags(ids.long(), lengths, weights, mean=config.pooling == PoolingType.MEAN)
 
     def _gather_single_ids(self, tables: list[tuple[torch.Tensor, torch.Tensor]], lengths: list[torch.Tensor],
                            weights: list[torch.Tensor | None], features: KeyedJaggedTensor) -> torch.Tensor | None:
@@ -218,29 +232,6 @@ class TTEmbeddingBagCollection(EmbeddingBagCollectionInterface, TensorizedModule
                 table.count_ids(unique, counts)
             return table.lookup(unique), index
         return table.rows(ids), torch.arange(ids.numel(), device=ids.device)  # hot rows at inference, or every id contracted
-
-    def _check_ids(self, per_feature: list[list[torch.Tensor]]) -> None:
-        """Raise naming table, feature and id when an id is outside its table (one host sync, eager only)."""
-        checks = [
-            (config, name, values)
-            for config, names, table_values in zip(self._embedding_bag_configs, self._feature_names, per_feature)
-            for name, values in zip(names, table_values)
-        ]
-        for config, name, values in checks:
-            if values.is_floating_point() or values.is_complex() or values.dtype == torch.bool:
-                raise TypeError(f"ids of feature {name!r} (table {config.name!r}) must be integers, got dtype {values.dtype}.")
-        if not ids_are_checkable():
-            return
-        bad = [((values < 0) | (values >= config.num_embeddings)).any() for config, _, values in checks]
-        if not bool(torch.stack(bad).any()):
-            return
-        for config, name, values in checks:
-            wrong = values[(values < 0) | (values >= config.num_embeddings)]
-            if wrong.numel():
-                raise IndexError(
-                    f"id {int(wrong[0])} of feature {name!r} is out of range for table {config.name!r} "
-                    f"with {config.num_embeddings} rows (valid ids: 0..{config.num_embeddings - 1})."
-                )
 
     def _expand_variable_batch(self, features: KeyedJaggedTensor, pooled: list[torch.Tensor]) -> list[torch.Tensor]:
         """With variable batch per feature, expand each feature's rows to the full batch by its inverse indices."""

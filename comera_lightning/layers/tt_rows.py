@@ -22,7 +22,7 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 
-__all__ = ["chain_cost_per_id", "chain_rows", "gather_rows", "grouped_chain_rows", "grouped_cost_per_id",
+__all__ = ["chain_cost_per_id", "chain_rows", "check_ids", "gather_rows", "grouped_chain_rows", "grouped_cost_per_id",
            "ids_are_checkable", "row_digits"]
 
 #: A middle core is multiplied by digit groups while its padded groups hold at most this many times
@@ -35,6 +35,24 @@ def ids_are_checkable() -> bool:
     if torch.compiler.is_compiling():
         return False
     return not (torch.cuda.is_available() and torch.cuda.is_current_stream_capturing())
+
+
+def check_ids(ids: torch.Tensor, num_rows: int) -> None:
+    """Raise on non-integer ids or one outside ``0..num_rows-1`` (eager: one host sync; captured: a device assert)."""
+    if ids.dtype not in (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8):
+        raise TypeError(f"TTEmbedding expects integer ids, got dtype {ids.dtype}.")
+    if not ids.numel():
+        return
+    if not ids_are_checkable():
+        if not torch.compiler.is_compiling():  # capturing a CUDA graph: a device-side assert, run on every replay
+            valid = ((ids >= 0) & (ids < num_rows)).all()
+            torch._assert_async(valid, f"an id is out of range for a TTEmbedding of {num_rows} rows (valid: 0..{num_rows - 1}).")
+        return
+    extent = torch.aminmax(ids)  # (one pass)
+    low, high = int(extent.min), int(extent.max)
+    if low < 0 or high >= num_rows:
+        bad = low if low < 0 else high
+        raise IndexError(f"id {bad} is out of range for a TTEmbedding of {num_rows} rows (valid: 0..{num_rows - 1}).")
 
 
 class _GatherRows(torch.autograd.Function):
