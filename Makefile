@@ -58,5 +58,11 @@ demo: setup
 bench: setup
 	$(PY) -m benchmarks.training.layer_speed
 
+# On one CUDA GPU, at most ~8 minutes: dense vs CoMERA training speed, eager / torch.compile / CUDA graphs,
+# bf16-mixed / fp32, and the TT lookup's fused kernel (docs/CUDA_GRAPHS.md); refuses in one line without CUDA.
+.PHONY: bench-gpu
+bench-gpu: setup
+	$(PY) -m benchmarks.training.gpu_speed --out benchmarks/results/gpu_speed.json
+
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -14,11 +14,13 @@ FAMILIES = ("llama", "gpt2")
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """A Hugging Face causal LM: ``family`` (llama or gpt2), width (hidden size), number of blocks."""
+    """A Hugging Face causal LM: ``family`` (llama or gpt2), width (hidden size), number of blocks; ``ffn``: the
+    Llama MLP's width where a published shape fixes it (LLaMA-60M: 1,376), else the rule of ``build_lm``."""
 
     family: str
     width: int
     layers: int
+    ffn: int | None = None
 
     def __post_init__(self) -> None:
         if self.family not in FAMILIES:
@@ -54,7 +56,7 @@ def build_lm(spec: ModelSpec, vocab_size: int, block_size: int) -> nn.Module:
 
     heads = attention_heads(spec.width)
     if spec.family == "llama":
-        intermediate = 64 * math.ceil(spec.width * 8 / 3 / 64)
+        intermediate = spec.ffn or 64 * math.ceil(spec.width * 8 / 3 / 64)
         config = tf.LlamaConfig(vocab_size=vocab_size, hidden_size=spec.width, intermediate_size=intermediate,
                                 num_hidden_layers=spec.layers, num_attention_heads=heads, num_key_value_heads=heads,
                                 max_position_embeddings=block_size, tie_word_embeddings=False,

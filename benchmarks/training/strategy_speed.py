@@ -94,14 +94,15 @@ def timed(step: Callable[[], object], device: torch.device) -> float:
 
 
 def interleaved_ms(steps: dict[str, Callable[[], object]], args: argparse.Namespace, device: torch.device) -> dict[str, list[float]]:
-    """Warm every step up, then time them in turn ``args.steps`` times; milliseconds per name."""
+    """Warm every step up, then time them in turn ``args.steps`` times, the order rotated each round; milliseconds per name."""
     for _ in range(args.warmup):
         for step in steps.values():
             step()
-    times: dict[str, list[float]] = {name: [] for name in steps}
-    for _ in range(args.steps):
-        for name, step in steps.items():
-            times[name].append(1e3 * timed(step, device))
+    names = list(steps)
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for i in range(args.steps):
+        for name in names[i % len(names):] + names[: i % len(names)]:
+            times[name].append(1e3 * timed(steps[name], device))
     return times
 
 

@@ -35,6 +35,15 @@ def test_without_triton_the_torch_path_runs_even_under_the_interpreter(monkeypat
     assert "two_factor_bags" not in type(out.grad_fn).__name__
 
 
+def test_comera_fused_kernels_0_turns_them_off(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setattr(ops, "_TRITON", True)
+    left, _ = _factors()
+    assert fused_kernels_apply(left)
+    monkeypatch.setenv("COMERA_FUSED_KERNELS", "0")
+    assert not fused_kernels_apply(left)
+
+
 def test_weights_that_need_a_gradient_take_the_torch_path(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     monkeypatch.setattr(ops, "_TRITON", True)
