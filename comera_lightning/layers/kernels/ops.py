@@ -35,10 +35,9 @@ def fused_kernels_apply(tensor: torch.Tensor) -> bool:
     """The kernels run on CUDA tensors, or on CPU under Triton's interpreter (``TRITON_INTERPRET=1``), with Triton
     installed; never inside ``torch.export`` (an exported program must load with torch alone) nor with
     ``COMERA_FUSED_KERNELS=0`` (the torch path everywhere: to compare, or to rule the kernels out)."""
-    if os.environ.get("COMERA_FUSED_KERNELS") == "0":
+    if not tensor.is_cuda and os.environ.get("TRITON_INTERPRET") != "1":  # (first: the CPU path pays one check)
         return False
-    on_device = tensor.device.type == "cuda" or os.environ.get("TRITON_INTERPRET") == "1"
-    return on_device and not torch.compiler.is_exporting() and triton_usable()
+    return os.environ.get("COMERA_FUSED_KERNELS") != "0" and not torch.compiler.is_exporting() and triton_usable()
 
 
 def _kernels() -> Any:
