@@ -60,3 +60,19 @@ def test_unknown_names_are_refused_with_the_choices(bench, capsys):
         bench.parse(["--models", "llama7b"])
     assert "unknown ['llama7b']; choose among ['llama60m', 'transformer', 'llama130m']" in capsys.readouterr().err
 
+
+
+def test_a_failing_run_is_a_row_saying_why_and_the_others_still_run(bench, monkeypatch):
+    calls = []
+
+    def fit(workload, system, mode, precision, args):  # a GPU run that fails (CUDA out of memory, a kernel ...)
+        calls.append(system)
+        if system == "comera":
+            raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB\nmore detail")
+        return {"model": workload.name, "system": system, "mode": mode, "precision": precision, "steps_per_s": 1.0}
+
+    monkeypatch.setattr(bench, "timed_fit", fit)
+    args = bench.parse(["--models", "llama60m", "--modes", "eager", "--precisions", "32-true"])
+    rows = bench.run_all(args, started=float("inf"))  # (a start in the future: never past the budget)
+    assert calls == ["dense", "comera"]
+    assert rows[1]["note"] == "failed: RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB" and rows[0]["steps_per_s"] == 1.0
