@@ -25,6 +25,20 @@ from benchmarks.tensor_memory import optimizer_state_tensors, tensor_peak
 GALORE_DEFAULTS = {"scale": 0.25, "projection_type": "std"}
 
 
+def warmup_cosine(optimizer: torch.optim.Optimizer, total: int, warmup: float, min_lr: float) -> dict[str, Any]:
+    """``optimizer`` with a per-step schedule: linear warm-up over ``warmup`` of ``total`` steps, then cosine to ``min_lr`` × the peak."""
+    ramp = max(1, int(warmup * total))
+
+    def factor(step: int) -> float:
+        if step < ramp:
+            return (step + 1) / ramp
+        cosine = 0.5 * (1 + math.cos(math.pi * min(1.0, (step - ramp) / max(1, total - ramp))))
+        return min_lr + (1 - min_lr) * cosine
+
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+    return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
+
+
 class CausalLM(L.LightningModule):
     """Build the model in ``configure_model``, one AdamW (or GaLore), linear warm-up then cosine to ``min_lr`` × the peak.
 
@@ -34,8 +48,8 @@ class CausalLM(L.LightningModule):
     """
 
     def __init__(self, spec: ModelSpec, vocab_size: int, block_size: int, lr: float = 1e-3, weight_decay: float = 0.0,
-                 warmup: float = 0.05, min_lr: float = 0.0, low_rank: tuple[list[str], int] | None = None, galore: dict[str, Any] | None = None,
-                 measure_step: int = 1) -> None:
+                 warmup: float = 0.05, min_lr: float = 0.0, low_rank: tuple[list[str], int] | None = None,
+                 galore: dict[str, Any] | None = None, measure_step: int = 1) -> None:
         super().__init__()
         self.spec, self.vocab_size, self.block_size = spec, vocab_size, block_size
         self.lr, self.weight_decay, self.warmup, self.min_lr = lr, weight_decay, warmup, min_lr
@@ -79,17 +93,7 @@ class CausalLM(L.LightningModule):
     def configure_optimizers(self) -> dict[str, Any]:
         optimizer = self._galore() if self.galore is not None else torch.optim.AdamW(
             self.parameters(), lr=self.lr, weight_decay=self.weight_decay)
-        total = self.trainer.estimated_stepping_batches
-        warmup = max(1, int(self.warmup * total))
-
-        def factor(step: int) -> float:
-            if step < warmup:
-                return (step + 1) / warmup
-            cosine = 0.5 * (1 + math.cos(math.pi * min(1.0, (step - warmup) / max(1, total - warmup))))
-            return self.min_lr + (1 - self.min_lr) * cosine
-
-        schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
+        return warmup_cosine(optimizer, self.trainer.estimated_stepping_batches, self.warmup, self.min_lr)
 
     def _galore(self) -> torch.optim.Optimizer:
         """GaLore on the blocks' 2-D linear weights; every other parameter plain AdamW in the same optimizer."""
