@@ -27,7 +27,7 @@ from comera_lightning.checkpoint import install_checkpoint_loading
 from comera_lightning.checkpoint.resume import ResumeState, capture_rng_state, missed_epoch_end, run_missed_validation
 from comera_lightning.checkpoint.settings import callback_settings, warn_changed_settings
 from comera_lightning.data.resumable import record_consumed_batches
-from comera_lightning.optim.core_steps import DEFAULT_CORE_STEP_SCALE, CoreStepScale
+from comera_lightning.optim.core_steps import DEFAULT_CORE_STEP_SCALE, CoreStepScale, CoreStepScaleArg
 from comera_lightning.optim.gates import DEFAULT_GATE_LR, GateOptimizer
 from comera_lightning.rank import tt_layers
 from comera_lightning.schedule import ComeraObjective, LossTarget, StageSchedule
@@ -51,7 +51,7 @@ class ComeraCallback(Callback):
         rank_weight: γ, the weight of the size surrogate R in the early stage's objective L + γR.
         gate_threshold: a rank gate at or below this is dead and pruned; None: the tensorize config's (0.01 by default).
         gate_lr: learning rate of the gates' own Adam (no weight decay), stepped after the optimizer that held them.
-        core_step_scale: under an Adam-like optimizer each TT core moves this many times as far per step as the optimizer moved it (1: as far; SGD steps stay), so a product of cores learns at a dense weight's pace (docs/METHOD.md §2.2).
+        core_step_scale: under an Adam-like optimizer, how far TT cores move per step relative to the optimizer's step: "auto" (the default) moves the cores of token tables and vocabulary heads 12 times as far and leaves every other layer's alone; a number applies to every TT layer (1: the optimizer's own steps). SGD steps stay (docs/METHOD.md §2.2).
         tensorize: which layers become tensor trains and how (the CLI's comera.tensorize section); None: the defaults.
         early_steps: optimizer steps of the early stage, instead of early_epochs.
         late_epochs: epochs of the late stage, then the task loss alone; None (and no late_steps): until training ends.
@@ -81,7 +81,7 @@ class ComeraCallback(Callback):
         gate_threshold: float | None = None,
         *,
         gate_lr: float = DEFAULT_GATE_LR,
-        core_step_scale: float = DEFAULT_CORE_STEP_SCALE,
+        core_step_scale: CoreStepScaleArg = DEFAULT_CORE_STEP_SCALE,
         tensorize: TensorizeConfig | None = None,
         early_steps: int | None = None,
         late_epochs: int | None = None,

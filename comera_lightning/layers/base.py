@@ -53,6 +53,9 @@ def _fresh_parameter(value: torch.Tensor, like: nn.Parameter) -> nn.Parameter:
 class TTModule(TensorizedModule):
     """Base class of one tensor train: holds its cores (``self.cores``) and rank gates (``self.gates``)."""
 
+    #: Rows or columns indexed by tokens (a token table, a vocabulary head): its cores take longer steps (optim/core_steps.py).
+    vocabulary_layer = False
+
     def __init__(
         self,
         core_modes: Sequence[Sequence[int]],

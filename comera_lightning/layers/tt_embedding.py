@@ -53,6 +53,8 @@ class TTEmbedding(TTModule):
     cache off; ``count_ids`` counts ids without training.
     """
 
+    vocabulary_layer = True
+
     def __init__(
         self,
         num_embeddings: int,

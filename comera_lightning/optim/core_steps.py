@@ -1,37 +1,47 @@
-"""CoreStepScale: each tensor-train core moves ``scale`` times as far per step as its optimizer moved it.
+"""CoreStepScale: how far each tensor-train core moves per step, relative to what its optimizer moved it.
 
-Why: a weight stored as a product of cores changes by the sum of each core's step multiplied by
-the other cores, and those other cores are small (a two-core train at rank r with a dense layer's
-entry scale σ holds entries of about σ/√r and √σ). Under an Adam-like optimizer every entry moves
-about ``lr`` whatever its scale, so the product moves several times less per step than the dense
-weight it replaced would at the same ``lr``: measured on the quality race (docs/TUNING.md), the
-tensorized model trained at the user's ``lr`` is held back by that, not by its size. Scaling the
-cores' steps gives them the step a dense weight would have, and leaves every other parameter, the
-optimizer, its param groups and its LR schedule as the user made them.
+The rule (``scale="auto"``, the default; docs/METHOD.md §2.2): the cores of **vocabulary layers** — token
+tables and output heads to a vocabulary, the layers whose rows or columns are indexed by tokens — move
+``VOCABULARY_STEP_SCALE`` (12) times as far as the optimizer moved them; the cores of every other layer move
+exactly as the optimizer moved them. Why: under an Adam-like optimizer each entry of a dense table or head
+moves about ``lr`` whenever its token's gradient is non-zero, however small, so a rare token's row learns
+as fast as a frequent one's. A TT table or head shares its cores among many tokens: a token's own row (or
+column) moves only through a core scaled by the small entries of the other cores, several times slower.
+Linear maps between features have no such per-token rows; their products learn at the dense layer's pace
+without help. Measured on the quality race (docs/TUNING.md, "Core steps"): stretching the vocabulary layers'
+steps and no others beats one constant for every layer (the previous default, 6 everywhere: it left a
+Llama classifier at chance and a byte-level model 8 % behind) and three rules derived per layer or per
+core from the cores' norms and steps, at every LR of the sweep.
 
-How: a pre-step hook copies the cores, a post-step hook adds ``(scale - 1)`` times the step the
-optimizer made; an optimizer step that did not run (a skipped AMP step) changes nothing. Only
-Adam-like optimizers (``normalises_steps``) are followed; the copies cost one more set of
-core-sized tensors at step time.
-Plain torch.
+``scale`` a number: every TT layer's cores move that many times as far (1: the optimizer's own steps; the
+paper's configs). Only Adam-like optimizers (``normalises_steps``) are followed; under SGD a core's
+gradient already carries the other cores' size. The user's optimizer, its param groups, weight decay and
+LR schedule stay as they are (the schedule scales the stretched step as it scales every other).
+
+How: a pre-step hook copies the cores of the layers to stretch, a post-step hook adds ``(scale - 1)``
+times the step the optimizer made; an optimizer step that did not run (a skipped AMP step) changes
+nothing. Layers whose scale is 1 cost nothing. Plain torch, capturable in a CUDA graph.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal, Union
 
 import torch
 from torch import nn
 
 from comera_lightning._checks import check_number
 
-__all__ = ["DEFAULT_CORE_STEP_SCALE", "CoreStepScale", "normalises_steps"]
+__all__ = ["DEFAULT_CORE_STEP_SCALE", "VOCABULARY_STEP_SCALE", "CoreStepScale", "normalises_steps", "is_vocabulary_layer"]
 
-#: Chosen on the quality race across three models (docs/TUNING.md, "Core step scale with today's layout"):
-#: 4 → 5.969 / 6.158 / 5.893, 6 → 5.977 / 6.089 / 5.932, 8 → 5.931 / 6.081 / 6.026 (Llama 128, GPT-2 128, Llama 192).
-DEFAULT_CORE_STEP_SCALE = 6.0
+#: The default rule: vocabulary layers' cores stretched, every other layer's left alone (module docstring).
+DEFAULT_CORE_STEP_SCALE = "auto"
+#: How far a vocabulary layer's cores move under ``"auto"``, relative to the optimizer's step. Chosen on the
+#: quality race (docs/TUNING.md, "Core steps": 3, 6, 12 and 24 at two LRs on two model families).
+VOCABULARY_STEP_SCALE = 12.0
 
+CoreStepScaleArg = Union[float, Literal["auto"]]
 
 #: Optimizers that move each entry by about ``lr`` whatever its gradient's size: the case the scale corrects.
 PER_ENTRY_STEPS = (torch.optim.Adam, torch.optim.AdamW, torch.optim.NAdam, torch.optim.RAdam, torch.optim.Adamax,
@@ -47,37 +57,57 @@ def normalises_steps(optimizer: torch.optim.Optimizer) -> bool:
     return isinstance(optimizer, PER_ENTRY_STEPS) or "betas" in optimizer.defaults
 
 
-class CoreStepScale:
-    """Multiply the step every Adam-like optimizer makes on the TT cores by ``scale`` (1: leave steps alone)."""
+def is_vocabulary_layer(layer: nn.Module) -> bool:
+    """A token table, or an output head to a vocabulary (``tensorize`` marks those it builds)."""
+    return bool(getattr(layer, "vocabulary_layer", False))
 
-    def __init__(self, scale: float = DEFAULT_CORE_STEP_SCALE) -> None:
-        check_number("core_step_scale", scale, 0.0, low_open=True)
-        self.scale = float(scale)
-        self._layers: list[nn.Module] = []
+
+class CoreStepScale:
+    """Stretch the steps every Adam-like optimizer makes on TT cores: by layer kind (``"auto"``) or by one number."""
+
+    def __init__(self, scale: CoreStepScaleArg = DEFAULT_CORE_STEP_SCALE) -> None:
+        if scale != "auto":
+            check_number("core_step_scale", scale, 0.0, low_open=True)
+            scale = float(scale)
+        self.scale: CoreStepScaleArg = scale
+        self._groups: list[tuple[float, list[nn.Module]]] = []
         self._hooks: list[Any] = []
         self._before: list[torch.Tensor] = []
         self._moving: list[torch.Tensor] = []
 
+    def scale_for(self, layer: nn.Module) -> float:
+        """How far ``layer``'s cores move per step, relative to the optimizer's step."""
+        if self.scale == "auto":
+            return VOCABULARY_STEP_SCALE if is_vocabulary_layer(layer) else 1.0
+        return float(self.scale)
+
     def attach(self, layers: Sequence[nn.Module], optimizers: Sequence[torch.optim.Optimizer]) -> None:
-        """Scale the steps each of ``optimizers`` makes on the ``cores`` of these TT ``layers`` (read at every step: pruning replaces them)."""
+        """Stretch the steps each of ``optimizers`` makes on the ``cores`` of these TT ``layers`` (read at every step: pruning replaces them)."""
         self.detach()
-        if self.scale == 1.0 or not layers:
+        by_scale: dict[float, list[nn.Module]] = {}
+        for layer in layers:
+            by_scale.setdefault(self.scale_for(layer), []).append(layer)
+        self._groups = [(scale, group) for scale, group in by_scale.items() if scale != 1.0]
+        if not self._groups:
             return
-        self._layers = list(layers)
         for optimizer in [o for o in optimizers if normalises_steps(o)]:
             self._hooks.append(optimizer.register_step_pre_hook(self._remember))
             self._hooks.append(optimizer.register_step_post_hook(self._stretch))
 
     def detach(self) -> None:
-        """Stop scaling steps."""
+        """Stop stretching steps."""
         for hook in self._hooks:
             hook.remove()
-        self._hooks, self._before, self._moving, self._layers = [], [], [], []
+        self._hooks, self._before, self._moving, self._groups = [], [], [], []
+
+    def stretched_layers(self) -> list[nn.Module]:
+        """The layers whose cores' steps are stretched now."""
+        return [layer for _, group in self._groups for layer in group]
 
     @torch.no_grad()
     def _remember(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         # Every core, held by this optimizer or not: one it does not step has a zero step, which stays zero.
-        self._moving = [core.detach() for layer in self._layers for core in layer.cores]
+        self._moving = [core.detach() for _, group in self._groups for layer in group for core in layer.cores]
         self._before = [core.clone() for core in self._moving]
 
     @torch.no_grad()
@@ -85,5 +115,9 @@ class CoreStepScale:
         if not self._moving:
             return
         torch._foreach_sub_(self._before, self._moving)  # minus the step taken, in the copies' memory
-        torch._foreach_add_(self._moving, self._before, alpha=1.0 - self.scale)
+        start = 0
+        for scale, group in self._groups:
+            end = start + sum(len(layer.cores) for layer in group)
+            torch._foreach_add_(self._moving[start:end], self._before[start:end], alpha=1.0 - scale)
+            start = end
         self._before, self._moving = [], []

@@ -321,9 +321,12 @@ def _build(name: str, module: nn.Module, converter: Converter, config: Tensorize
         defaults["rank_fraction"] = config.head_rank_fraction
     options = _resolve_rank({**defaults, **overrides}, module)
     try:
-        return converter.build(module, options)
+        built = converter.build(module, options)
     except ValueError as err:
         raise ValueError(f"cannot tensorize {name} ({type(module).__name__}): {err}") from err
+    if vocabulary_head:
+        built.vocabulary_layer = True  # its columns are tokens: its cores take longer steps (optim/core_steps.py)
+    return built
 
 
 def _resolve_rank(options: dict[str, Any], module: nn.Module) -> dict[str, Any]:

@@ -1,13 +1,15 @@
-"""CoreStepScale on its own (plain torch) and under the callback with the module's own optimizer."""
+"""CoreStepScale on its own (plain torch) and under the callback with the module's own optimizer: one scale for every
+layer, or the default rule (vocabulary layers' cores stretched, every other layer's left alone)."""
 
 import copy
 
 import lightning as L
 import pytest
 import torch
+from torch import nn
 
 from comera_lightning import ComeraCallback, tensorize
-from comera_lightning.optim.core_steps import CoreStepScale
+from comera_lightning.optim.core_steps import VOCABULARY_STEP_SCALE, CoreStepScale, is_vocabulary_layer
 from comera_lightning.rank import prune_, tt_layers
 from tests.helpers.plain_modules import PlainClassifier, loaders
 
@@ -74,7 +76,59 @@ def test_pruned_cores_are_followed_and_a_scale_of_one_adds_no_hooks():
     assert not optimizer._optimizer_step_pre_hooks and not optimizer._optimizer_step_post_hooks
 
 
-@pytest.mark.parametrize("scale", [0.0, -1.0, float("nan")])
+class TinyLM(nn.Module):
+    """A token table, a feature map and an untied head to the vocabulary (what a language model has)."""
+
+    def __init__(self, vocab: int = 256, width: int = 32):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, width)
+        self.mlp = nn.Linear(width, 4 * width)
+        self.proj = nn.Linear(4 * width, width)
+        self.lm_head = nn.Linear(width, vocab, bias=False)
+
+    def forward(self, ids):
+        return self.lm_head(self.proj(torch.relu(self.mlp(self.embed(ids)))))
+
+
+def tiny_lm():
+    torch.manual_seed(0)
+    model = TinyLM()
+    tensorize(model)
+    return model
+
+
+def test_tensorize_marks_the_token_table_and_the_vocabulary_head_as_vocabulary_layers():
+    model = tiny_lm()
+    kinds = {name: is_vocabulary_layer(layer) for name, layer in tt_layers(model)}
+    assert kinds == {"embed": True, "mlp": False, "proj": False, "lm_head": True}
+
+
+def test_auto_stretches_only_the_vocabulary_layers_steps():
+    plain, ruled = tiny_lm(), tiny_lm()
+    start = copy.deepcopy(plain.state_dict())
+    plain_opt, ruled_opt = torch.optim.AdamW(plain.parameters(), lr=1e-3), torch.optim.AdamW(ruled.parameters(), lr=1e-3)
+    rule = CoreStepScale("auto")
+    rule.attach(layers_of(ruled), [ruled_opt])
+    assert {id(layer) for layer in rule.stretched_layers()} == {id(ruled.embed), id(ruled.lm_head)}
+    for model, optimizer in ((plain, plain_opt), (ruled, ruled_opt)):
+        torch.manual_seed(1)
+        optimizer.zero_grad()
+        nn.functional.cross_entropy(model(torch.randint(0, 256, (4, 8))).flatten(0, 1), torch.randint(0, 256, (32,))).backward()
+        optimizer.step()
+    for name, param in ruled.named_parameters():
+        plain_step = dict(plain.named_parameters())[name].detach() - start[name]
+        factor = VOCABULARY_STEP_SCALE if name.startswith(("embed.cores", "lm_head.cores")) else 1.0
+        torch.testing.assert_close(param.detach() - start[name], factor * plain_step, rtol=1e-4, atol=1e-7, msg=name)
+
+
+def test_auto_adds_no_hooks_to_a_model_without_vocabulary_layers():
+    model = tensorized()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    CoreStepScale().attach(layers_of(model), [optimizer])
+    assert not optimizer._optimizer_step_pre_hooks and not optimizer._optimizer_step_post_hooks
+
+
+@pytest.mark.parametrize("scale", [0.0, -1.0, float("nan"), "fast"])
 def test_a_scale_that_is_not_positive_is_refused(scale):
     with pytest.raises(ValueError, match="core_step_scale"):
         ComeraCallback(core_step_scale=scale)
