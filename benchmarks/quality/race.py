@@ -39,6 +39,9 @@ one-thread processes side by side, one per family, then merged into one JSON, PN
     python -m benchmarks.quality --out benchmarks/results/quality.json \
         --merge benchmarks/results/quality_llama.json benchmarks/results/quality_gpt2.json
 
+Text files instead of the code corpus: ``--data-files`` (C4 shards, ``.jsonl[.gz]``, ``.txt``; ``--val-files``,
+``--tokenizer-file``). The anchors' LLaMA-60M/130M recipe on a GPU is ``recipe.py`` on this machinery.
+
 Results go to ``benchmarks/results/quality[_quick].json`` and ``.png`` unless ``--out`` says otherwise.
 """
 
