@@ -118,7 +118,8 @@ class Curve(L.Callback):
 
     Training seconds: wall-clock from the start of training, validation excluded; everything else
     counts (data loading, every callback's hooks, CoMERA's pruning). The step measured under the
-    profiler (``CausalLM.measure_step``) is counted as long as the step after it.
+    profiler (``CausalLM.measure_step``) is counted as long as the step after it. On a GPU the queued steps are
+    waited for before each validation and at the end, so they count as training.
     """
 
     def __init__(self, measured_step: int = 1) -> None:
@@ -138,6 +139,7 @@ class Curve(L.Callback):
         self._begun, self._excluded = time.perf_counter(), 0.0
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        _finish_queued(pl_module)
         self.total_seconds = self.train_seconds
 
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int) -> None:
@@ -154,6 +156,7 @@ class Curve(L.Callback):
             self._excluded += max(0.0, self._measured - seconds)
 
     def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        _finish_queued(pl_module)  # the training steps still queued on a GPU count as training
         self._validation_began = time.perf_counter()
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -162,3 +165,9 @@ class Curve(L.Callback):
             self.points.append({"step": trainer.global_step, "seconds": round(self.train_seconds, 2),
                                 "val_loss": round(float(trainer.callback_metrics["val/loss"]), 4),
                                 "parameters": parameters(pl_module)})
+
+
+def _finish_queued(module: L.LightningModule) -> None:
+    """Wait for the work queued on the module's GPU (nothing to wait for on a CPU)."""
+    if module.device.type == "cuda":
+        torch.cuda.synchronize(module.device)

@@ -132,7 +132,7 @@ def fit(system: str, spec: ModelSpec, settings: RaceSettings, data: Any, *, lr: 
     wall = time.perf_counter() - started
     if trainer.global_step < steps // epochs * epochs:
         raise SystemExit(f"{system} trained {trainer.global_step} of {steps} steps: an epoch of the data holds fewer than "
-                         f"{steps // epochs} steps of batches; raise --max-bytes or --epochs")
+                         f"{steps // epochs} steps of batches; raise --max-bytes (or give more --data-files) or --epochs")
     points = [{**p, "tokens": p["step"] * settings.tokens_per_step} for p in curve.points]
     result = {
         "system": system, "model": spec.label(), "family": spec.family, "width": spec.width, "layers": spec.layers,
