@@ -67,20 +67,33 @@ __all__ = ["SYSTEMS", "RaceSettings", "comera_callback", "data_module", "finish"
 
 def data_module(settings: RaceSettings, train_tokens: int | None = None) -> Any:
     """The causal-LM data, split and tokenized (the tokenizer is cached): ``settings.data_files`` (at most
-    ``train_tokens`` tokens of them), else the code corpus. Validation reads only the blocks it uses."""
-    from comera_lightning.data import CodeCorpusDataModule, TextFilesDataModule
+    ``train_tokens`` tokens of them; a file the reader refuses is a SystemExit naming it), else the code corpus."""
+    from comera_lightning.data import CodeCorpusDataModule
 
     if settings.data_files:
-        data = TextFilesDataModule(settings.data_files, settings.val_files or None, text_field=settings.text_field,
-                                   block_size=settings.block_size, batch_size=settings.batch_size,
-                                   vocab_size=settings.vocab_size, tokenizer_file=settings.tokenizer_file,
-                                   max_train_tokens=train_tokens,
-                                   max_val_tokens=settings.val_batches * settings.batch_size * settings.block_size,
-                                   seed=settings.seed)
-    else:
-        data = CodeCorpusDataModule(objective="clm", block_size=settings.block_size, batch_size=settings.batch_size,
-                                    vocab_size=settings.vocab_size, max_bytes=settings.max_bytes, seed=settings.seed,
-                                    tokenizer_file=settings.tokenizer_file)
+        try:
+            return _ready(_text_files(settings, train_tokens))
+        except (ValueError, FileNotFoundError) as error:
+            raise SystemExit(f"--data-files: {error}") from None
+    return _ready(CodeCorpusDataModule(objective="clm", block_size=settings.block_size, batch_size=settings.batch_size,
+                                       vocab_size=settings.vocab_size, max_bytes=settings.max_bytes, seed=settings.seed,
+                                       tokenizer_file=settings.tokenizer_file))
+
+
+def _text_files(settings: RaceSettings, train_tokens: int | None) -> Any:
+    """The text files' data module; validation reads only the blocks it uses."""
+    from comera_lightning.data import TextFilesDataModule
+
+    return TextFilesDataModule(settings.data_files, settings.val_files or None, text_field=settings.text_field,
+                               block_size=settings.block_size, batch_size=settings.batch_size,
+                               vocab_size=settings.vocab_size, tokenizer_file=settings.tokenizer_file,
+                               max_train_tokens=train_tokens,
+                               max_val_tokens=settings.val_batches * settings.batch_size * settings.block_size,
+                               seed=settings.seed)
+
+
+def _ready(data: Any) -> Any:
+    """``data`` with its tokenizer built and its training and validation blocks packed."""
     data.prepare_data()
     data.setup("fit")
     return data

@@ -94,3 +94,17 @@ def test_the_budget_scales_down_by_options_and_bad_ones_are_named():
         recipe.recipe_of(recipe.parse_args(["--steps", "5", "--device", "cpu"]))
     with pytest.raises(SystemExit):
         recipe.parse_args(["--systems", "dense,narrow"])  # narrow needs comera
+
+
+def test_a_text_file_the_reader_refuses_is_named_in_one_line(tmp_path, monkeypatch):
+    monkeypatch.setenv("COMERA_CACHE_DIR", str(tmp_path / "cache"))
+    check = ["--check", "--device", "cpu", "--data-files"]
+    (tmp_path / "only.jsonl").write_text('{"text": "one document"}\n', encoding="utf-8")
+    with pytest.raises(SystemExit, match=r"^--data-files: one text file \(.*only\.jsonl\) cannot be both trained on "
+                                         r"and held out"):
+        recipe.main([*check, str(tmp_path / "only.jsonl")])
+    (tmp_path / "more.jsonl").write_text('{"text": "fine"}\n{"txt": "no text field"}\n', encoding="utf-8")
+    with pytest.raises(SystemExit, match=r"^--data-files: .*more\.jsonl: line 2: no string field 'text' \(keys: txt\)"):
+        recipe.main([*check, str(tmp_path / "*.jsonl")])
+    with pytest.raises(SystemExit, match=r"^--data-files: tokenizer file '.*missing\.json' does not exist"):
+        recipe.main([*check, str(tmp_path / "*.jsonl"), "--tokenizer-file", str(tmp_path / "missing.json")])
