@@ -1,6 +1,6 @@
-"""LightningDataModules, one folder per dataset family (``criteo/``, ``movielens/``, ``pairs/``, ``code/``, ``text/``),
-and the pieces they share (``splits``, ``resumable``, ``tokenizer``, ``text_base``, ``click_logs``, ``wheel_data``, ``errors``,
-``hparams``, ``jsonl``).
+"""LightningDataModules, one folder per dataset family (``criteo/``, ``movielens/``, ``pairs/``, ``code/``,
+``text/``), and the pieces they share (``splits``, ``resumable``, ``tokenizer``, ``text_base``, ``click_logs``,
+``wheel_data``, ``errors``, ``hparams``, ``jsonl``).
 
 Split names are ``"train"``, ``"val"`` and ``"test"`` everywhere (``splits.py``).
 """

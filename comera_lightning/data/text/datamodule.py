@@ -2,9 +2,9 @@
 
 Training reads the training files in order (sorted by name) and validation the held-out files: ``val_files``, or
 else the last training file (C4: pass ``c4-validation.*.json.gz``). The tokenizer is a user ``tokenizer.json`` or a
-byte-level BPE trained once on the first ``tokenizer_chars`` characters of training text and cached. Documents are tokenized
-by the chunk, packed into blocks of ``block_size`` tokens (``<s>`` first, or ``</s>`` for a tokenizer without
-``<s>`` such as T5's; ``</s>`` between documents), up to ``max_train_tokens`` / ``max_val_tokens`` tokens.
+byte-level BPE trained once on the first ``tokenizer_chars`` characters of training text and cached. Documents are
+tokenized by the chunk, packed into blocks of ``block_size`` tokens (``<s>`` first, or ``</s>`` for a tokenizer
+without ``<s>`` such as T5's; ``</s>`` between documents), up to ``max_train_tokens`` / ``max_val_tokens`` tokens.
 
 Batches: ``input_ids`` and ``labels`` (long, ``[batch, block_size]``; labels -100 on padding, unshifted as Hugging
 Face causal LMs expect) and ``attention_mask`` (bool). There is no test split.
