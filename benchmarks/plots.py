@@ -108,7 +108,8 @@ def plot_quality(data: dict[str, Any], path: Path) -> Path:
 
     models = data.get("models", {})
     fig, axes = plt.subplots(2, max(1, len(models)), figsize=(5.2 * max(1, len(models)), 8.4), squeeze=False)
-    fig.suptitle("Causal-LM quality race: validation loss vs tokens and vs training seconds (CPU)", fontsize=11)
+    device = data.get("machine", {}).get("gpu") or data.get("settings", {}).get("device", "cpu").upper()
+    fig.suptitle(f"Causal-LM quality race ({device}):\nvalidation loss vs tokens and vs training seconds", fontsize=11)
     for column, (model, entry) in enumerate(models.items()):
         for row, (axis, label) in enumerate((("tokens", "tokens seen"), ("seconds", "training seconds"))):
             ax = axes[row][column]

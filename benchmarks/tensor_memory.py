@@ -1,4 +1,5 @@
-"""Peak bytes of live CPU tensors during a step: the CPU counterpart of ``torch.cuda.max_memory_allocated``.
+"""Peak bytes of live CPU tensors during a step: the CPU counterpart of ``torch.cuda.max_memory_allocated`` (which
+``cuda_peak`` reads for a step on a GPU).
 
 A process's resident set also holds the interpreter and the libraries (``import torch`` alone is
 about 0.23 GB resident, with Lightning about 0.35 GB), which a GPU's allocator statistics never
@@ -63,3 +64,17 @@ def tensor_peak(step: Callable[[], object], live: Iterable[object]) -> dict[str,
     before = storage_bytes(live)
     peak, net = allocation_peak(step)
     return {"tensor_bytes_before": before, "tensor_peak": before + peak, "tensor_net_after": net}
+
+
+def cuda_peak(step: Callable[[], object], device: Any) -> dict[str, int]:
+    """``tensor_peak`` on a CUDA device, from the allocator's own counts: bytes allocated before ``step``, the peak
+    during it (everything allocated on the device then), the net change."""
+    import torch
+
+    torch.cuda.synchronize(device)
+    before = torch.cuda.memory_allocated(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    step()
+    torch.cuda.synchronize(device)
+    return {"tensor_bytes_before": before, "tensor_peak": torch.cuda.max_memory_allocated(device),
+            "tensor_net_after": torch.cuda.memory_allocated(device) - before}

@@ -3,14 +3,15 @@
 Peak memory is the **tensor peak of one training step** (CPU tensors, ``benchmarks.tensor_memory``):
 the bytes of parameters, gradients, optimizer state and batch alive when the step starts, plus the
 highest running sum of what the step (forward, loss, backward, optimizer step) allocates, read with
-``torch.profiler``. It is taken on the second step (``measure_step``), the first with the optimizer's
-state in place; CoMERA's later steps, after pruning, only get smaller. Process RSS is not used: the
-systems of a race share one process, so the interpreter, libraries and the allocator's cache would
-blur the differences.
+``torch.profiler``; on a GPU, the CUDA allocator's peak during the step (``cuda_peak``). It is taken on
+the second step (``measure_step``), the first with the optimizer's state in place; CoMERA's later steps,
+after pruning, only get smaller. Process RSS is not used: the systems of a race share one process, so the
+interpreter, libraries and the allocator's cache would blur the differences.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from typing import Any
@@ -19,7 +20,7 @@ import lightning as L
 import torch
 
 from benchmarks.quality.models import ModelSpec, block_linears, build_lm, low_rank_, parameters
-from benchmarks.tensor_memory import optimizer_state_tensors, tensor_peak
+from benchmarks.tensor_memory import cuda_peak, optimizer_state_tensors, tensor_peak
 
 #: GaLore's defaults here (``update_proj_gap``: about once per epoch unless set); rank: width / 4.
 GALORE_DEFAULTS = {"scale": 0.25, "projection_type": "std"}
@@ -80,14 +81,18 @@ class CausalLM(L.LightningModule):
         self._batch = batch if self.trainer.global_step == self.measure_step else None
 
     def optimizer_step(self, epoch: int, batch_idx: int, optimizer: Any, optimizer_closure: Any = None) -> None:
-        """The usual step; on ``measure_step`` under the memory profiler (``self.memory``)."""
+        """The usual step; on ``measure_step`` under the memory profiler (``self.memory``; on CUDA the allocator's peak)."""
+        step = functools.partial(optimizer.step, closure=optimizer_closure)
         if self._batch is None:
-            optimizer.step(closure=optimizer_closure)
+            step()
             return
-        params = list(self.parameters())
-        live = [*params, *(p.grad for p in params if p.grad is not None),
-                *optimizer_state_tensors(getattr(optimizer, "optimizer", optimizer)), *self._batch.values()]
-        self.memory = tensor_peak(lambda: optimizer.step(closure=optimizer_closure), live)
+        if self.device.type == "cuda":
+            self.memory = cuda_peak(step, self.device)
+        else:
+            params = list(self.parameters())
+            live = [*params, *(p.grad for p in params if p.grad is not None),
+                    *optimizer_state_tensors(getattr(optimizer, "optimizer", optimizer)), *self._batch.values()]
+            self.memory = tensor_peak(step, live)
         self._batch = None
 
     def configure_optimizers(self) -> dict[str, Any]:
@@ -113,7 +118,8 @@ class Curve(L.Callback):
 
     Training seconds: wall-clock from the start of training, validation excluded; everything else
     counts (data loading, every callback's hooks, CoMERA's pruning). The step measured under the
-    profiler (``CausalLM.measure_step``) is counted as long as the step after it.
+    profiler (``CausalLM.measure_step``) is counted as long as the step after it. On a GPU the queued steps are
+    waited for before each validation and at the end, so they count as training.
     """
 
     def __init__(self, measured_step: int = 1) -> None:
@@ -122,6 +128,7 @@ class Curve(L.Callback):
         self._begun = self._step_began = self._validation_began = 0.0
         self._excluded = 0.0  # validation, and the profiler's extra time
         self._measured = 0.0
+        self._step = -1  # the optimizer step whose batches are running
         self.total_seconds = 0.0  # training seconds of the whole fit, set when training ends
 
     @property
@@ -132,12 +139,16 @@ class Curve(L.Callback):
         self._begun, self._excluded = time.perf_counter(), 0.0
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        _finish_queued(pl_module)
         self.total_seconds = self.train_seconds
 
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int) -> None:
-        self._step_began = time.perf_counter()
+        if trainer.global_step != self._step:  # the first of a step's batches (several when gradients accumulate)
+            self._step, self._step_began = trainer.global_step, time.perf_counter()
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if trainer.global_step == self._step:  # still accumulating
+            return
         seconds = time.perf_counter() - self._step_began
         if trainer.global_step - 1 == self.measured_step:
             self._measured = seconds
@@ -145,6 +156,7 @@ class Curve(L.Callback):
             self._excluded += max(0.0, self._measured - seconds)
 
     def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        _finish_queued(pl_module)  # the training steps still queued on a GPU count as training
         self._validation_began = time.perf_counter()
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -153,3 +165,9 @@ class Curve(L.Callback):
             self.points.append({"step": trainer.global_step, "seconds": round(self.train_seconds, 2),
                                 "val_loss": round(float(trainer.callback_metrics["val/loss"]), 4),
                                 "parameters": parameters(pl_module)})
+
+
+def _finish_queued(module: L.LightningModule) -> None:
+    """Wait for the work queued on the module's GPU (nothing to wait for on a CPU)."""
+    if module.device.type == "cuda":
+        torch.cuda.synchronize(module.device)

@@ -39,6 +39,9 @@ one-thread processes side by side, one per family, then merged into one JSON, PN
     python -m benchmarks.quality --out benchmarks/results/quality.json \
         --merge benchmarks/results/quality_llama.json benchmarks/results/quality_gpt2.json
 
+Text files instead of the code corpus: ``--data-files`` (C4 shards, ``.jsonl[.gz]``, ``.txt``; ``--val-files``,
+``--tokenizer-file``). The anchors' LLaMA-60M/130M recipe on a GPU is ``recipe.py`` on this machinery.
+
 Results go to ``benchmarks/results/quality[_quick].json`` and ``.png`` unless ``--out`` says otherwise.
 """
 
@@ -50,6 +53,7 @@ import subprocess
 import sys
 import time
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 from benchmarks.probes import RESULTS, ROOT, machine_basics
@@ -57,27 +61,59 @@ from benchmarks.quality import report
 from benchmarks.quality.models import ModelSpec, narrow_width
 from benchmarks.quality.settings import QUICK_MODELS, FULL_MODELS, SYSTEMS, RaceSettings, parse_args, settings_of
 
-__all__ = ["SYSTEMS", "RaceSettings", "comera_callback", "data_module", "fit", "main", "print_result", "race_at_lr"]
+__all__ = ["SYSTEMS", "RaceSettings", "comera_callback", "data_module", "finish", "fit", "main", "print_result", "race_at_lr",
+           "run_header"]
 
 
-def data_module(settings: RaceSettings) -> Any:
-    """The code corpus for causal LM, split and tokenized (the tokenizer is cached)."""
+def data_module(settings: RaceSettings, train_tokens: int | None = None) -> Any:
+    """The causal-LM data, split and tokenized (the tokenizer is cached): ``settings.data_files`` (at most
+    ``train_tokens`` tokens of them; a file the reader refuses is a SystemExit naming it), else the code corpus."""
     from comera_lightning.data import CodeCorpusDataModule
 
-    data = CodeCorpusDataModule(objective="clm", block_size=settings.block_size, batch_size=settings.batch_size,
-                                vocab_size=settings.vocab_size, max_bytes=settings.max_bytes, seed=settings.seed)
+    if settings.data_files:
+        try:
+            return _ready(_text_files(settings, train_tokens))
+        except (ValueError, FileNotFoundError) as error:
+            raise SystemExit(f"--data-files: {error}") from None
+    return _ready(CodeCorpusDataModule(objective="clm", block_size=settings.block_size, batch_size=settings.batch_size,
+                                       vocab_size=settings.vocab_size, max_bytes=settings.max_bytes, seed=settings.seed,
+                                       tokenizer_file=settings.tokenizer_file))
+
+
+def _text_files(settings: RaceSettings, train_tokens: int | None) -> Any:
+    """The text files' data module; validation reads only the blocks it uses."""
+    from comera_lightning.data import TextFilesDataModule
+
+    return TextFilesDataModule(settings.data_files, settings.val_files or None, text_field=settings.text_field,
+                               block_size=settings.block_size, batch_size=settings.batch_size,
+                               vocab_size=settings.vocab_size, tokenizer_file=settings.tokenizer_file,
+                               max_train_tokens=train_tokens,
+                               max_val_tokens=settings.val_batches * settings.batch_size * settings.block_size,
+                               seed=settings.seed)
+
+
+def _ready(data: Any) -> Any:
+    """``data`` with its tokenizer built and its training and validation blocks packed."""
     data.prepare_data()
     data.setup("fit")
     return data
 
 
-def comera_callback(settings: RaceSettings) -> Any:
-    """``ComeraCallback()`` with its defaults, plus the race's ``--comera`` / ``--tensorize`` overrides."""
+def comera_callback(settings: RaceSettings, per_epoch: int, epochs: int) -> Any:
+    """``ComeraCallback()`` with its defaults, plus the race's ``--comera`` / ``--tensorize`` overrides.
+
+    In one pass over the data (``settings.one_pass``: no epochs to count) the defaults' schedule is given in steps:
+    the early stage two thirds of the ``epochs`` validation intervals of ``per_epoch`` steps, a prune after each.
+    """
     from comera_lightning import ComeraCallback, TensorizeConfig
 
     options = dict(settings.comera)
     if settings.tensorize:
         options["tensorize"] = TensorizeConfig(**settings.tensorize)
+    if settings.one_pass and not {"early_epochs", "early_steps"} & set(options):
+        options["early_steps"] = max(1, round(2 * epochs / 3)) * per_epoch
+    if settings.one_pass and not {"prune_every_n_epochs", "prune_every_n_steps"} & set(options):
+        options["prune_every_n_steps"] = per_epoch
     return ComeraCallback(**options)
 
 
@@ -85,8 +121,8 @@ def fit(system: str, spec: ModelSpec, settings: RaceSettings, data: Any, *, lr: 
         per_epoch: int | None = None, **module_options: Any) -> tuple[dict[str, Any], Any]:
     """Train one system for ``steps`` at peak ``lr``; its result (curve, final loss, parameters, memory, seconds) and module.
 
-    A validation ends every epoch: ``settings.epochs`` of them, or one every ``per_epoch`` steps when given
-    (``dense_time``, whose steps are not the race's).
+    ``settings.epochs`` validations evenly spaced (each ending an epoch unless ``settings.one_pass``), or one every
+    ``per_epoch`` steps when given (``dense_time``, whose steps are not the race's).
     """
     import lightning as L
     import torch
@@ -102,18 +138,15 @@ def fit(system: str, spec: ModelSpec, settings: RaceSettings, data: Any, *, lr: 
     module = CausalLM(spec, data.vocab_size, settings.block_size, lr=lr, weight_decay=settings.weight_decay,
                       warmup=settings.warmup, min_lr=settings.min_lr, **module_options)
     curve = Curve(module.measure_step)
-    callbacks = [curve, comera_callback(settings)] if system == "comera" else [curve]
-    trainer = L.Trainer(max_epochs=epochs, limit_train_batches=steps // epochs, limit_val_batches=settings.val_batches,
-                        num_sanity_val_steps=0, callbacks=callbacks, logger=False, enable_checkpointing=False,
-                        enable_progress_bar=False, enable_model_summary=False, accelerator="cpu", devices=1)
+    callbacks = [curve, comera_callback(settings, steps // epochs, epochs)] if system == "comera" else [curve]
+    trainer = _trainer(settings, steps // epochs, epochs, callbacks)
     started = time.perf_counter()
     trainer.fit(module, datamodule=data)
     wall = time.perf_counter() - started
     if trainer.global_step < steps // epochs * epochs:
         raise SystemExit(f"{system} trained {trainer.global_step} of {steps} steps: an epoch of the data holds fewer than "
-                         f"{steps // epochs} batches; raise --max-bytes or --epochs")
-    tokens = settings.batch_size * settings.block_size
-    points = [{**p, "tokens": p["step"] * tokens} for p in curve.points]
+                         f"{steps // epochs} steps of batches; raise --max-bytes (or give more --data-files) or --epochs")
+    points = [{**p, "tokens": p["step"] * settings.tokens_per_step} for p in curve.points]
     result = {
         "system": system, "model": spec.label(), "family": spec.family, "width": spec.width, "layers": spec.layers,
         "lr": lr, "seed": seed, "steps": trainer.global_step, "final_val_loss": points[-1]["val_loss"], "curve": points,
@@ -122,6 +155,23 @@ def fit(system: str, spec: ModelSpec, settings: RaceSettings, data: Any, *, lr: 
         "layer_sizes": layer_sizes(module.model),
     }
     return result, module
+
+
+def _trainer(settings: RaceSettings, per_epoch: int, epochs: int, callbacks: list[Any]) -> Any:
+    """A Trainer for ``epochs`` validations ``per_epoch`` optimizer steps apart (``settings.one_pass``: across
+    one pass over the data, else each after an epoch of its own)."""
+    import lightning as L
+
+    batches = per_epoch * settings.accumulate
+    if settings.one_pass:
+        span = {"max_steps": per_epoch * epochs, "max_epochs": -1, "val_check_interval": batches,
+                "check_val_every_n_epoch": None}
+    else:
+        span = {"max_epochs": epochs, "limit_train_batches": batches}
+    return L.Trainer(**span, limit_val_batches=settings.val_batches, accumulate_grad_batches=settings.accumulate,
+                     gradient_clip_val=settings.gradient_clip or None, precision=settings.precision,
+                     num_sanity_val_steps=0, callbacks=callbacks, logger=False, enable_checkpointing=False,
+                     enable_progress_bar=False, enable_model_summary=False, accelerator=settings.device, devices=1)
 
 
 def print_result(result: dict[str, Any]) -> None:
@@ -169,6 +219,29 @@ def _revision() -> str | None:
     return proc.stdout.strip() or None
 
 
+def run_header(command: str, settings: RaceSettings, data: Any) -> dict[str, Any]:
+    """What a results JSON starts with: the command, the machine (its GPU on CUDA), the settings, the vocabulary."""
+    import torch
+    import transformers
+
+    machine = {**machine_basics(), "torch": torch.__version__, "transformers": transformers.__version__,
+               "platform": platform.platform(), "revision": _revision()}
+    if settings.device == "cuda":
+        machine["gpu"] = torch.cuda.get_device_name()
+    return {"command": command.replace(f"{ROOT}/", ""), "machine": machine, "settings": asdict(settings),
+            "vocab_size": data.vocab_size, "models": {}}
+
+
+def finish(results: dict[str, Any], out: Path, started: float) -> None:
+    """Write the JSON and PNG at ``out``; print the markdown table (and the LR grid of a sweep)."""
+    results["wall_seconds"] = round(time.perf_counter() - started, 1)
+    out, png = report.write(results, out)
+    print(report.markdown_table(results))
+    if len(results["settings"]["lrs"]) > 1:
+        print("\n" + report.grid_table(results))
+    print(f"\nwrote {out} and {png} ({results['wall_seconds']:.0f} s)", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     if args.merge:
@@ -177,7 +250,6 @@ def main(argv: list[str] | None = None) -> None:
         print(f"\nwrote {out} and {png}", file=sys.stderr)
         return
     import torch
-    import transformers
 
     from benchmarks.quality.sweep import race_model
 
@@ -186,17 +258,8 @@ def main(argv: list[str] | None = None) -> None:
     started = time.perf_counter()
     data = data_module(settings)
     models = [ModelSpec.parse(m) for m in (args.models or (QUICK_MODELS if args.quick else FULL_MODELS)).split(",")]
-    results: dict[str, Any] = {
-        "command": "python -m benchmarks.quality " + " ".join(sys.argv[1:] if argv is None else argv).replace(f"{ROOT}/", ""),
-        "machine": {**machine_basics(), "torch": torch.__version__, "transformers": transformers.__version__,
-                    "platform": platform.platform(), "revision": _revision()},
-        "settings": asdict(settings), "vocab_size": data.vocab_size, "models": {},
-    }
+    command = "python -m benchmarks.quality " + " ".join(sys.argv[1:] if argv is None else argv)
+    results = run_header(command, settings, data)
     for spec in models:
         results["models"][spec.label()] = race_model(spec, settings, data, args.systems)
-    results["wall_seconds"] = round(time.perf_counter() - started, 1)
-    out, png = report.write(results, args.out or RESULTS / f"quality{'_quick' if args.quick else ''}.json")
-    print(report.markdown_table(results))
-    if len(settings.swept_lrs) > 1:
-        print("\n" + report.grid_table(results))
-    print(f"\nwrote {out} and {png} ({results['wall_seconds']:.0f} s)", file=sys.stderr)
+    finish(results, args.out or RESULTS / f"quality{'_quick' if args.quick else ''}.json", started)

@@ -25,7 +25,10 @@ class RaceSettings:
     (20: the compute-optimal budget). ``lrs``: the peak learning rates every system is trained at (empty: ``lr``
     alone); the headline compares each system at its best. ``seeds``: further seeds for ``seed_systems`` at their
     best LR (the spread of the headline rows). The schedule: linear warm-up over ``warmup`` of the steps, then
-    cosine to ``min_lr`` times the peak.
+    cosine to ``min_lr`` times the peak. A step is ``accumulate`` batches of ``batch_size`` blocks; ``gradient_clip``
+    (> 0) clips the gradients' norm. ``one_pass``: the training data is read on across validations (``epochs`` of
+    them, evenly spaced) instead of one reshuffled epoch per validation. ``data_files`` (``val_files``,
+    ``tokenizer_file``, ``text_field``): text files to train on instead of the code corpus (``race.data_module``).
     """
 
     steps: int = 400
@@ -41,6 +44,11 @@ class RaceSettings:
     warmup: float = 0.05
     min_lr: float = 0.0
     weight_decay: float = 0.0
+    accumulate: int = 1
+    gradient_clip: float = 0.0
+    device: str = "cpu"
+    precision: str = "32-true"
+    one_pass: bool = False
     seed: int = 0
     seeds: list[int] = field(default_factory=list)
     seed_systems: list[str] = field(default_factory=lambda: ["dense", "comera"])
@@ -49,18 +57,26 @@ class RaceSettings:
     comera: dict[str, Any] = field(default_factory=dict)
     tensorize: dict[str, Any] = field(default_factory=dict)
     galore: dict[str, Any] = field(default_factory=dict)
+    data_files: list[str] = field(default_factory=list)
+    val_files: list[str] = field(default_factory=list)
+    tokenizer_file: str | None = None
+    text_field: str = "text"
 
     @property
     def swept_lrs(self) -> list[float]:
         return list(self.lrs) or [self.lr]
+
+    @property
+    def tokens_per_step(self) -> int:
+        """Tokens of one optimizer step: ``accumulate`` batches of ``batch_size`` blocks of ``block_size``."""
+        return self.accumulate * self.batch_size * self.block_size
 
     def steps_for(self, dense_parameters: int) -> int:
         """Optimizer steps of a model with ``dense_parameters``: ``steps``, or ``tokens_per_param`` tokens per parameter,
         rounded to a whole number of steps per epoch."""
         if self.tokens_per_param <= 0:
             return self.steps
-        tokens_per_step = self.batch_size * self.block_size
-        per_epoch = max(1, round(self.tokens_per_param * dense_parameters / tokens_per_step / self.epochs))
+        per_epoch = max(1, round(self.tokens_per_param * dense_parameters / self.tokens_per_step / self.epochs))
         return per_epoch * self.epochs
 
 
@@ -87,6 +103,17 @@ def _numbers(text: str | None, kind: type) -> list[Any] | None:
         raise SystemExit(f"expected comma-separated {kind.__name__}s, got {text!r}") from None
 
 
+def add_data_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--data-files``, ``--val-files``, ``--tokenizer-file``, ``--text-field``: text files instead of the code corpus."""
+    parser.add_argument("--data-files", nargs="+", default=[], metavar="PATH",
+                        help="train on these text files, folders or globs (C4 *.json.gz, *.jsonl[.gz], *.txt) instead of "
+                             "the code corpus; the last one validates unless --val-files")
+    parser.add_argument("--val-files", nargs="+", default=[], metavar="PATH", help="held-out text files to validate on")
+    parser.add_argument("--tokenizer-file", default=None, help="a tokenizer.json with <pad> and </s> (default: a "
+                        "byte-level BPE of --vocab-size trained on the training files, cached)")
+    parser.add_argument("--text-field", default="text", help="the JSON field that holds a document's text")
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="The causal-LM quality race (benchmarks/quality/race.py).")
     parser.add_argument("--models", default=None, help=f"family:width:layers, comma-separated (default {FULL_MODELS})")
@@ -101,18 +128,24 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     for name, what in (("comera", "ComeraCallback arguments"), ("tensorize", "TensorizeConfig fields"),
                        ("galore", "GaLore group options (rank, update_proj_gap, scale, ...)")):
         parser.add_argument(f"--{name}", nargs="*", default=[], help=f"{what}, key=value (JSON values)")
+    add_data_arguments(parser)
     parser.add_argument("--out", type=Path, default=None, help="the JSON (the PNG goes beside it)")
     parser.add_argument("--merge", nargs="+", default=None, help="race JSONs to merge into --out (nothing is trained)")
     args = parser.parse_args(argv)
-    systems = [s.strip() for s in args.systems.split(",") if s.strip()]
+    args.systems = systems_of(parser, args.systems)
+    if args.merge and args.out is None:
+        parser.error("--merge needs --out")
+    return args
+
+
+def systems_of(parser: argparse.ArgumentParser, text: str) -> list[str]:
+    """The systems of a comma-separated ``--systems``; a parser error for an unknown one or one whose baseline is missing."""
+    systems = [s.strip() for s in text.split(",") if s.strip()]
     unknown = sorted(set(systems) - set(SYSTEMS))
     missing = sorted({f"{s} needs {n}" for s in systems for n in NEEDS.get(s, ()) if n not in systems})
     if unknown or missing:
         parser.error(f"unknown systems {unknown}" if unknown else "; ".join(missing))
-    if args.merge and args.out is None:
-        parser.error("--merge needs --out")
-    args.systems = systems
-    return args
+    return systems
 
 
 def settings_of(args: argparse.Namespace) -> RaceSettings:
@@ -121,7 +154,24 @@ def settings_of(args: argparse.Namespace) -> RaceSettings:
     lists = {"lrs": _numbers(args.lrs, float), "seeds": _numbers(args.seeds, int),
              "seed_systems": args.seed_systems.split(",") if args.seed_systems else None}
     settings = RaceSettings(**{**(QUICK if args.quick else {}), **given, **{k: v for k, v in lists.items() if v is not None}},
-                            comera=_options(args.comera), tensorize=_options(args.tensorize), galore=_options(args.galore))
+                            comera=_options(args.comera), tensorize=_options(args.tensorize), galore=_options(args.galore),
+                            **data_settings(args))
+    return checked(settings)
+
+
+def data_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``RaceSettings`` fields of ``add_data_arguments``."""
+    if args.val_files and not args.data_files:
+        raise SystemExit("--val-files needs --data-files (the code corpus holds out files by itself)")
+    return {"data_files": args.data_files, "val_files": args.val_files, "tokenizer_file": args.tokenizer_file,
+            "text_field": args.text_field}
+
+
+def checked(settings: RaceSettings) -> RaceSettings:
+    """``settings`` with the steps rounded down to whole epochs; a SystemExit naming a value out of range."""
+    if settings.accumulate < 1 or settings.gradient_clip < 0:
+        raise SystemExit(f"--accumulate must be >= 1 and --gradient-clip >= 0, got {settings.accumulate} and "
+                         f"{settings.gradient_clip}")
     if settings.steps < settings.epochs:
         raise SystemExit(f"--steps {settings.steps} is fewer than --epochs {settings.epochs} (one validation per epoch)")
     if settings.steps % settings.epochs:

@@ -69,7 +69,7 @@ def race_model(spec: ModelSpec, settings: RaceSettings, data: Any, systems: list
     best = {name: grid[lr][name] for name, lr in chosen.items()}
     if "dense_time" in systems:
         best["dense_time"] = _dense_time(spec, settings, data, best["dense"], best["comera"])
-    entry: dict[str, Any] = {"steps": steps, "tokens": steps * settings.batch_size * settings.block_size,
+    entry: dict[str, Any] = {"steps": steps, "tokens": steps * settings.tokens_per_step,
                              "best_lr": chosen, "systems": best}
     if len(grid) > 1:
         entry["lrs"] = {lr: {"systems": results, "summary": report.summarize(results)} for lr, results in grid.items()}

@@ -1,5 +1,6 @@
-"""LightningDataModules, one folder per dataset family (``criteo/``, ``movielens/``, ``pairs/``, ``code/``), and the
-pieces they share (``splits``, ``resumable``, ``tokenizer``, ``text_base``, ``click_logs``, ``wheel_data``, ``errors``, ``hparams``).
+"""LightningDataModules, one folder per dataset family (``criteo/``, ``movielens/``, ``pairs/``, ``code/``,
+``text/``), and the pieces they share (``splits``, ``resumable``, ``tokenizer``, ``text_base``, ``click_logs``,
+``wheel_data``, ``errors``, ``hparams``, ``jsonl``).
 
 Split names are ``"train"``, ``"val"`` and ``"test"`` everywhere (``splits.py``).
 """
@@ -20,6 +21,7 @@ _LAZY_EXPORTS = {
     "load_mnli_dir": "pairs",
     "read_mnli_jsonl": "pairs",
     "read_mnli_tsv": "pairs",
+    "TextFilesDataModule": "text",
     "TokenizedTextDataModule": "text_base",
     "default_cache_dir": "tokenizer",
     "load_or_train_bytelevel_bpe": "tokenizer",

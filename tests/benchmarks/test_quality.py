@@ -116,3 +116,39 @@ def test_the_best_lr_is_the_lowest_finite_loss():
     assert settings.settings_of(args).swept_lrs == [3e-4, 1e-3] and settings.settings_of(args).seeds == [1, 2]
     with pytest.raises(SystemExit):
         settings.settings_of(race.parse_args(["--lrs", "fast"]))
+
+
+def test_one_pass_gives_comera_the_default_schedule_in_steps():
+    callback = race.comera_callback(settings.RaceSettings(one_pass=True), per_epoch=100, epochs=10)
+    assert (callback.schedule.early_steps, callback.schedule.prune_every_n_steps) == (700, 100)
+    own = race.comera_callback(settings.RaceSettings(one_pass=True, comera={"early_epochs": 3}), per_epoch=100, epochs=10)
+    assert (own.schedule.early_epochs, own.schedule.early_steps, own.schedule.prune_every_n_steps) == (3, None, 100)
+    epochs = race.comera_callback(settings.RaceSettings(), per_epoch=100, epochs=10)
+    assert (epochs.schedule.early_steps, epochs.schedule.prune_every_n_steps) == (None, None)
+
+
+def test_validation_files_need_training_files_and_a_step_counts_its_accumulated_batches():
+    with pytest.raises(SystemExit, match=r"--val-files needs --data-files"):
+        settings.settings_of(race.parse_args(["--val-files", "c4-validation.json.gz"]))
+    args = settings.settings_of(race.parse_args(["--accumulate", "4", "--batch-size", "8", "--block-size", "64"]))
+    assert args.tokens_per_step == 4 * 8 * 64 and args.steps_for(0) == 400
+    with pytest.raises(SystemExit, match=r"--accumulate must be >= 1"):
+        settings.settings_of(race.parse_args(["--accumulate", "0"]))
+
+
+def test_the_profiled_step_is_excluded_whole_when_gradients_accumulate(monkeypatch):
+    from types import SimpleNamespace
+
+    from benchmarks.quality import lm
+
+    clock = SimpleNamespace(now=0.0)
+    monkeypatch.setattr(lm.time, "perf_counter", lambda: clock.now)
+    curve, trainer = lm.Curve(measured_step=1), SimpleNamespace(global_step=0)
+    curve.on_train_start(trainer, None)
+    for step, seconds in enumerate([1.0, 10.0, 1.0]):  # step 1 runs under the profiler: 9 s of overhead
+        for half in range(2):  # two accumulated batches a step
+            curve.on_train_batch_start(trainer, None, None, half)
+            clock.now += seconds / 2
+            trainer.global_step = step + half  # the optimizer steps after the second batch
+            curve.on_train_batch_end(trainer, None, None, None, half)
+    assert curve.train_seconds == 3.0

@@ -11,7 +11,8 @@ import pytest
 
 
 @pytest.mark.parametrize("package", ["comera_lightning.data", "comera_lightning.data.pairs", "comera_lightning.data.code",
-                                     "comera_lightning.data.criteo", "comera_lightning.data.movielens"])
+                                     "comera_lightning.data.text", "comera_lightning.data.criteo",
+                                     "comera_lightning.data.movielens"])
 def test_each_data_package_has_its_public_names(package: str) -> None:
     if package.rsplit(".", 1)[-1] in ("criteo", "movielens"):
         pytest.importorskip("torchrec")

@@ -5,17 +5,17 @@ Each document is a :class:`CodeDocument`: a key (a relative path, which decides 
 
 from __future__ import annotations
 
-import gzip
 import io
-import json
 import os
 import sysconfig
 import tokenize
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
 
-from comera_lightning.data.errors import empty_file_error, utf8_error
+from comera_lightning.data.errors import empty_file_error
+from comera_lightning.data.jsonl import json_objects
 
 __all__ = [
     "ALWAYS_EXCLUDED_DIRS",
@@ -84,34 +84,13 @@ def read_source_file(path: Path) -> str:
 def read_code_jsonl(path: str | os.PathLike[str], max_docs: int | None = None) -> list[CodeDocument]:
     """Read CodeSearchNet-style JSONL (plain or `.gz`), one record per line with a `code` or `original_string`."""
     file = Path(path).expanduser()
-    if not file.is_file():
-        raise FileNotFoundError(f"JSONL file {str(file)!r} does not exist")
-    opener = gzip.open if file.suffix == ".gz" else open
-    docs: list[CodeDocument] = []
-    with opener(file, "rt", encoding="utf-8") as handle:
-        lineno = 0
-        try:
-            for lineno, line in enumerate(handle, start=1):
-                if max_docs is not None and len(docs) >= max_docs:
-                    break
-                if line.strip():
-                    docs.append(_code_record(line, file, lineno))
-        except UnicodeDecodeError as err:  # text is decoded by the chunk: find the line in a rescan
-            raise utf8_error(file, err, opener) from err
-        except (OSError, EOFError) as err:  # a corrupt gzip stream
-            raise ValueError(f"{file}: line {lineno + 1}: cannot read ({err}); expected UTF-8 JSONL") from err
+    docs = [_code_record(record, file, lineno) for lineno, record in islice(json_objects(file), max_docs)]
     if not docs and (max_docs is None or max_docs > 0):
         raise empty_file_error(file, "one JSON object per line with a `code` or `original_string` field")
     return docs
 
 
-def _code_record(line: str, file: Path, lineno: int) -> CodeDocument:
-    try:
-        record = json.loads(line)
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{file}: line {lineno}: invalid JSON ({err.msg} at column {err.colno})") from err
-    if not isinstance(record, dict):
-        raise ValueError(f"{file}: line {lineno}: expected a JSON object, found {type(record).__name__}")
+def _code_record(record: dict, file: Path, lineno: int) -> CodeDocument:
     code = next((record[k] for k in CODE_FIELDS if isinstance(record.get(k), str)), None)
     if code is None:
         raise ValueError(f"{file}: line {lineno}: no string field `code` or `original_string` "
@@ -122,7 +101,6 @@ def _code_record(line: str, file: Path, lineno: int) -> CodeDocument:
     else:
         key = f"{file.name}:{lineno}"
     return CodeDocument(key, code)
-
 
 
 def read_source_documents(
