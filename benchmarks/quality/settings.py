@@ -125,6 +125,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--lrs", default=None, help="peak LRs to sweep, comma-separated, e.g. 3e-4,1e-3,3e-3")
     parser.add_argument("--seeds", default=None, help="further seeds for the headline systems at their best LR, e.g. 1,2")
     parser.add_argument("--seed-systems", default=None, help="systems rerun with --seeds (default dense,comera)")
+    parser.add_argument("--one-pass", action="store_true", help="read the training data on across validations (the "
+                        "anchors' single pass; it repeats only when it holds fewer tokens than the budget)")
     for name, what in (("comera", "ComeraCallback arguments"), ("tensorize", "TensorizeConfig fields"),
                        ("galore", "GaLore group options (rank, update_proj_gap, scale, ...)")):
         parser.add_argument(f"--{name}", nargs="*", default=[], help=f"{what}, key=value (JSON values)")
@@ -155,7 +157,7 @@ def settings_of(args: argparse.Namespace) -> RaceSettings:
              "seed_systems": args.seed_systems.split(",") if args.seed_systems else None}
     settings = RaceSettings(**{**(QUICK if args.quick else {}), **given, **{k: v for k, v in lists.items() if v is not None}},
                             comera=_options(args.comera), tensorize=_options(args.tensorize), galore=_options(args.galore),
-                            **data_settings(args))
+                            one_pass=args.one_pass, **data_settings(args))
     return checked(settings)
 
 
