@@ -1,9 +1,12 @@
-"""Shared test set-up: deterministic seeds, W&B never online, GPU tests skipped without CUDA, slow ones unless asked."""
+"""Shared test set-up: deterministic seeds, W&B never online, a MASTER_PORT per test, GPU tests skipped without CUDA,
+slow ones unless asked."""
 
 import os
 
 import pytest
 import torch
+
+from tests.helpers.ports import free_port
 
 os.environ.setdefault("WANDB_MODE", "disabled")
 
@@ -11,6 +14,12 @@ os.environ.setdefault("WANDB_MODE", "disabled")
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+@pytest.fixture(autouse=True)
+def _master_port(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Process groups started by a test (and the processes it runs) meet on a port of this xdist worker's own."""
+    monkeypatch.setenv("MASTER_PORT", str(free_port()))
 
 
 def pytest_collection_modifyitems(config, items):
