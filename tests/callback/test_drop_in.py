@@ -39,7 +39,8 @@ def test_defaults_prune_a_plain_module_with_one_optimizer_and_a_cosine_schedule(
         assert tracker.val_losses[-1] <= tracker.val_losses[2], f"worse than at the switch: {tracker.val_losses}"
 
 
-@pytest.mark.parametrize("kind", ["bert", "llama", "gpt2"])
+# bert in the default run; llama and gpt2 (the Conv1D swap) -m slow: 20-30 s each.
+@pytest.mark.parametrize("kind", ["bert", pytest.param("llama", marks=pytest.mark.slow), pytest.param("gpt2", marks=pytest.mark.slow)])
 def test_hugging_face_models_built_in_configure_model_are_tensorized_and_pruned(kind):
     L.seed_everything(0)
     model = HFClassifier(kind)

@@ -22,7 +22,9 @@ SCHEDULE = [
     "--comera.early_epochs", "null", "--comera.late_epochs", "null", "--comera.prune_every_n_epochs", "null",
     "--comera.early_steps", "2", "--comera.prune_every_n_steps", "1", "--comera.gate_lr", "0.5",
 ]
-WORKLOADS = ["transformer_tiny", "codebert_tiny", "dlrm_tiny"]
+# One config in the default run; the other two (each 2 processes, 25-40 s) under -m slow.
+WORKLOADS = ["transformer_tiny", pytest.param("codebert_tiny", marks=pytest.mark.slow),
+             pytest.param("dlrm_tiny", marks=pytest.mark.slow)]
 
 
 def run_two_processes(config: str, out: Path, extra: list[str]) -> list[dict]:

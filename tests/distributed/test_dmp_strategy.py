@@ -80,6 +80,7 @@ def test_dmp_strategy_names_bad_arguments(kwargs, message):
         TorchRecDMPStrategy(**kwargs)
 
 
+@pytest.mark.slow  # a second 2-process DMP run (40 s); the one above stays in the default run
 def test_cli_selects_the_strategy_by_its_short_name(tmp_path):
     cli = [sys.executable, "-m", "comera_lightning", "fit", "--config", str(ROOT / "configs" / "dlrm_tiny.yaml"),
            "--trainer.accelerator", "cpu", "--trainer.devices", "2", "--trainer.strategy", "torchrec_dmp",

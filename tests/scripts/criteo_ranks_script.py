@@ -41,8 +41,16 @@ def run(rank: int, out: Path, files: list[str], port: int) -> None:
     dist.destroy_process_group()
 
 
-if __name__ == "__main__":
+def free_port() -> int:
+    """``$MASTER_PORT`` when the test set one (tests/conftest.py: one per xdist worker), else any free port."""
+    if os.environ.get("MASTER_PORT"):
+        return int(os.environ["MASTER_PORT"])
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
-        free_port = probe.getsockname()[1]
-    torch.multiprocessing.spawn(run, args=(Path(sys.argv[1]), sys.argv[2:], free_port), nprocs=2)
+        return probe.getsockname()[1]
+
+
+if __name__ == "__main__":
+    # fork: the ranks start with this process's imports instead of importing torch and the package again.
+    torch.multiprocessing.start_processes(run, args=(Path(sys.argv[1]), sys.argv[2:], free_port()), nprocs=2,
+                                          start_method="fork")
