@@ -96,7 +96,7 @@ class ComeraCallback(Callback):
         given = {k: v for k, v in locals().items() if k in BudgetConfig.option_names()}
         self.budget_config = b = _budget_config(budget, given)
         self.schedule = StageSchedule(b.early_epochs, b.early_steps, b.late_epochs, b.late_steps, b.prune_every_n_epochs, b.prune_every_n_steps)
-        self.stage_objective = ComeraObjective(b.target_ratio, b.rank_weight, b.loss_weight, b.size_weight, b.size_surrogate,
+        self.stage_objective = ComeraObjective(b.target_ratio or 1.0, b.rank_weight, b.loss_weight, b.size_weight, b.size_surrogate,
                                                b.late_objective, b.loss_tolerance)
         self.loss_target = LossTarget(b.loss_target, b.loss_target_metric)
         self.gate_optimizer = GateOptimizer(b.gate_lr, follow_schedule=b.late_objective != "paper")

@@ -15,7 +15,7 @@ from comera_lightning.callback.trainer import mean_over_ranks, rewrap_ddp
 from comera_lightning.optim.gates import GateOptimizer
 from comera_lightning.rank import PruneSummary, active_size, latch_dead_gates_, prune_, shrink_to_, tt_layers
 from comera_lightning.schedule import ComeraObjective, LossTarget, StageSchedule
-from comera_lightning.schedule.config import BUDGET_PRUNES
+from comera_lightning.schedule.config import BUDGET_PRUNES, BUDGET_SHRINK_SHARE
 from comera_lightning.strategy.protocol import ResizeListener
 
 __all__ = ["PRUNE_REASONS", "StageEvents", "warn_rank0"]
@@ -55,7 +55,8 @@ class StageEvents:
         if event == "switch":
             self.objective.enter_late(mean_over_ranks(trainer, self.loss_target.resolve(trainer.callback_metrics)))
             self.schedule.enter_late(epochs_done, trainer.global_step)
-            self.schedule.plan_late(*_run_length(trainer), prunes=BUDGET_PRUNES if self.objective.late == "budget" else None)
+            budget = self.objective.late == "budget"
+            self.schedule.plan_late(*_run_length(trainer), prunes=BUDGET_PRUNES if budget else None, shrink_share=BUDGET_SHRINK_SHARE)
             self.gates.freeze(self.objective.late == "budget")  # the budget, not the gates' drift, decides what goes
             rank_zero_info(f"ComeraCallback: late stage from step {trainer.global_step}: {self.objective.describe()}.")
         if event is not None:
@@ -116,7 +117,7 @@ class StageEvents:
 
 
     def report_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        """At the end of training: the ranks per layer to a CSV in the log folder (and W&B), the size against the budget's."""
+        """At the end of training: the ranks per layer to a CSV in the log folder, the size against the budget's."""
         path = write_rank_table(trainer, pl_module)
         line = self.report_budget(pl_module)
         if line is not None or path is not None:

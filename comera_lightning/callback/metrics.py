@@ -87,11 +87,10 @@ def rank_rows(module: nn.Module) -> list[list[Any]]:
 
 
 def write_rank_table(trainer: pl.Trainer, module: nn.Module) -> str | None:
-    """The final ranks as ``comera_ranks.csv`` in the Trainer's log folder (and W&B's table); the file's path, or None."""
+    """The final ranks as ``comera_ranks.csv`` in the Trainer's log folder; the file's path, or None (no logger)."""
     import csv
     import os
 
-    log_rank_table(trainer)
     folder = trainer.log_dir if trainer.loggers else None
     if not folder or not trainer.is_global_zero:
         return None

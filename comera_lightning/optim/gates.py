@@ -140,9 +140,18 @@ class GateOptimizer:
         return self.optimizer.state.get(gate, {}).get("importance")
 
     def zero_grad(self) -> None:
-        """Clear the gates' gradients (in place on CUDA, where a captured graph keeps their memory)."""
-        if self.optimizer is not None:
-            self.optimizer.zero_grad(set_to_none=not self.optimizer.defaults["capturable"])
+        """Clear the gates' gradients (in place on CUDA, where a captured graph keeps their memory; a plain loop, not
+        ``Optimizer.zero_grad``, which a compiled step may not trace)."""
+        if self.optimizer is None:
+            return
+        in_place = self.optimizer.defaults["capturable"]
+        for gate in self.parameters():
+            if gate.grad is None:
+                continue
+            if in_place:
+                gate.grad.zero_()
+            else:
+                gate.grad = None
 
     def parameters(self) -> list[nn.Parameter]:
         """The gates now (pruning swaps them for sliced ones)."""

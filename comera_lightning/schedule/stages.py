@@ -125,21 +125,27 @@ class StageSchedule:
         """The late stage starts now."""
         self.stage, self.late_start_epoch, self.late_start_step = "late", epochs_done, step
 
-    def plan_late(self, total_steps: float | None, steps_per_epoch: float | None, prunes: int | None = None) -> None:
-        """At the switch: the step of the late stage's last shrinking prune (one before its end), from the run's length;
-        ``prunes``: unless an interval was given, prune that many times, evenly (a budget's size falls in small steps)."""
+    def plan_late(self, total_steps: float | None, steps_per_epoch: float | None, prunes: int | None = None,
+                  shrink_share: float = 1.0) -> None:
+        """At the switch: when the late stage's shrinking ends, from the run's length (``late_progress``).
+
+        ``prunes`` (a budget's size falls in small steps): unless an interval was given, prune that many times evenly over
+        the first ``shrink_share`` of the late stage; the rest of it trains at the size reached. Otherwise the shrinking
+        ends one prune before the stage ends, so the last interval trains at the final size.
+        """
         start = self.late_start_step
         epochs_to_steps = (lambda n: None if n is None or not steps_per_epoch else n * steps_per_epoch)
         length = self.late_steps or epochs_to_steps(self.late_epochs)
         if length is None and total_steps is not None and total_steps != float("inf"):
             length = total_steps - start
-        if prunes and length and not self.interval_given:
-            self.planned_prune_steps = max(1, int(length // prunes))
-        interval = self.planned_prune_steps or self.prune_every_n_steps or epochs_to_steps(self.prune_every_n_epochs) or length
-        if not length or not interval:
+        if not length:
             self.last_late_prune_step = None
             return
-        # the size asked is reached one prune before the stage ends: the last interval trains at that size
+        if prunes and not self.interval_given:
+            self.planned_prune_steps = max(1, int(length * shrink_share // prunes))
+            self.last_late_prune_step = start + self.planned_prune_steps * prunes
+            return
+        interval = self.prune_every_n_steps or epochs_to_steps(self.prune_every_n_epochs) or length
         self.last_late_prune_step = start + max(1, int(length // interval) - 1) * int(round(interval))
 
     def late_progress(self, step: int) -> float:

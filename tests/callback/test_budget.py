@@ -28,14 +28,14 @@ def fit(tmp_path, budget, epochs=6, **kwargs):
     return model, cb, logger
 
 
-@pytest.mark.parametrize("budget", [BudgetConfig(compression=12.0), BudgetConfig(target_ratio=0.25)])
+@pytest.mark.parametrize("budget", [BudgetConfig(), BudgetConfig(compression=12.0), BudgetConfig(target_ratio=0.25)])
 def test_the_run_ends_at_the_size_asked(tmp_path, budget):
     model, cb, logger = fit(tmp_path, budget)
     asked = cb.size_target
     assert asked is not None and abs(tt_size(model) / asked - 1) <= 0.1
-    if budget.compression is not None:
+    if budget.asked_compression is not None:  # BudgetConfig(): the default, 4x
         stats = compression_stats(model)
-        assert abs(stats.dense_tt_parameters / stats.tt_parameters / budget.compression - 1) <= 0.1
+        assert abs(stats.dense_tt_parameters / stats.tt_parameters / budget.asked_compression - 1) <= 0.1
     rows = list(csv.DictReader(open(Path(logger.log_dir) / "comera_ranks.csv")))
     assert [r["layer"] for r in rows] == ["encoder.0", "encoder.2"]
     assert [r["ranks"] for r in rows] == [" ".join(map(str, layer.ranks)) for _, layer in tt_layers(model)]
