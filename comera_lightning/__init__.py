@@ -9,13 +9,14 @@ from comera_lightning.checkpoint import tensorized_checkpoints
 from comera_lightning.export import export
 from comera_lightning.layers import TensorizedModule, TTEmbedding, TTLinear
 from comera_lightning.optim import CAME, GateOptimizer
+from comera_lightning.schedule import BudgetConfig
 from comera_lightning.strategy import CUDAGraphStrategy
 from comera_lightning.tensorize import TensorizeReport, tensorize, to_dense
 from comera_lightning.tensorize.config import TensorizeConfig
 from comera_lightning.tensorize.registry import Converter, register_converter
 
 __all__ = [
-    "CAME", "CUDAGraphStrategy", "ComeraCallback", "Converter", "GateOptimizer", "TTEmbedding", "TTEmbeddingBagCollection",
+    "BudgetConfig", "CAME", "CUDAGraphStrategy", "ComeraCallback", "Converter", "GateOptimizer", "TTEmbedding", "TTEmbeddingBagCollection",
     "TTLinear", "TensorizeConfig", "TensorizeReport", "TensorizedModule", "export", "register_converter", "tensorize",
     "tensorized_checkpoints", "to_dense",
 ]

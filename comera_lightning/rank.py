@@ -7,7 +7,7 @@ optimizers; nothing knows about Lightning or the callback.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -28,6 +28,8 @@ __all__ = [
     "compression_stats",
     "prune_",
     "PruneSummary",
+    "shrink_to_",
+    "beside_cores",
 ]
 
 SURROGATES = ("mean", "size")
@@ -188,3 +190,43 @@ def _swap_parameter(optimizer: torch.optim.Optimizer, old: nn.Parameter, new: nn
                     optimizer.state[new] = optimizer.state.pop(old)
                 return True
     return False
+
+
+def beside_cores(layers: Sequence[TTModule]) -> int:
+    """Parameters the TT layers hold besides their cores (gates, biases): what a size budget counts but ranks do not cut."""
+    return sum(layer.num_parameters() - sum(core.numel() for core in layer.cores) for layer in layers)
+
+
+@torch.no_grad()
+def shrink_to_(layers: Sequence[TTModule], target: float,
+               importance: Callable[[nn.Parameter], torch.Tensor | None] = lambda gate: None) -> int:
+    """Mark dead the live rank indices worth least per parameter until the layers' active size is at most ``target``.
+
+    An index's worth is its ``importance`` (e.g. the gates' smoothed sensitivity |g · ∂L/∂g|; the gate's magnitude
+    when None) over the core parameters it holds (``gate_weights``): the whole budget is shared among layers and
+    bonds by what each index does for the loss. A bond keeps its last live index unless its layer ``allow_rank0``.
+    Syncs with the device; ``prune_`` then slices the dead indices out. Returns how many indices were cut.
+    """
+    size = float(active_size(layers)) if layers else 0.0
+    if size <= target:
+        return 0
+    candidates, live = [], {}
+    for li, layer in enumerate(layers):
+        for k, (mask, gate, weight) in enumerate(zip(layer.gate_masks(), layer.gates, gate_weights(layer))):
+            score = importance(gate)
+            score = (gate.detach().abs() if score is None else score).float().cpu()
+            indices = mask.nonzero().flatten().tolist()
+            live[li, k] = len(indices)
+            candidates += [(float(score[j]) / weight, li, k, j, weight) for j in indices]
+    cut: dict[tuple[int, int], list[int]] = {}
+    for _, li, k, j, weight in sorted(candidates):
+        if size <= target or target - (size - weight) > size - target:
+            break  # at the size asked, or this cut would land farther below it than we are above
+        if live[li, k] <= 1 and not layers[li].allow_rank0:
+            continue
+        cut.setdefault((li, k), []).append(j)
+        live[li, k] -= 1
+        size -= weight
+    for (li, k), indices in cut.items():
+        layers[li].kill_(k, indices)
+    return sum(len(v) for v in cut.values())

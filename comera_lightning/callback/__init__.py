@@ -28,9 +28,9 @@ from comera_lightning.checkpoint.resume import ResumeState, capture_rng_state, m
 from comera_lightning.checkpoint.settings import callback_settings, warn_changed_settings
 from comera_lightning.data.resumable import record_consumed_batches
 from comera_lightning.optim.core_steps import DEFAULT_CORE_STEP_SCALE, CoreStepScale, CoreStepScaleArg
-from comera_lightning.optim.gates import DEFAULT_GATE_LR, GateOptimizer
-from comera_lightning.rank import tt_layers
-from comera_lightning.schedule import ComeraObjective, LossTarget, StageSchedule
+from comera_lightning.optim.gates import GateOptimizer
+from comera_lightning.rank import beside_cores, compression_stats, tt_layers
+from comera_lightning.schedule import BudgetConfig, ComeraObjective, LossTarget, StageSchedule
 from comera_lightning.tensorize import tensorize
 from comera_lightning.tensorize.config import TensorizeConfig
 
@@ -46,25 +46,15 @@ class ComeraCallback(Callback):
         max_rank: largest TT rank of each bond (an int, or one per bond); None: the tensorize config's (a quarter of each layer's smaller side by default).
         target_modules: layers to tensorize, by name or dotted suffix (a list) or one regex; None: every supported layer but heads.
         exclude_modules: layers to leave dense, the same kind of rule; None: none.
-        early_epochs: epochs of the early stage; None (and no early_steps): two thirds of the Trainer's max_epochs.
-        target_ratio: the late stage's size target S₀, as a fraction of the TT layers' size at the switch.
-        rank_weight: γ, the weight of the size surrogate R in the early stage's objective L + γR.
+        early_epochs: epochs of the early stage; None: the budget config's (two thirds of the Trainer's max_epochs or max_steps).
+        target_ratio: the size asked at the end, as a fraction of the TT layers' size at the switch; None: the budget config's.
+        rank_weight: γ, the weight of the size surrogate R in the early stage's objective L + γR; None: the budget config's.
         gate_threshold: a rank gate at or below this is dead and pruned; None: the tensorize config's (0.01 by default).
-        gate_lr: learning rate of the gates' own Adam (no weight decay), stepped after the optimizer that held them.
+        budget: how small the TT layers end, when they shrink, what they may not lose (``BudgetConfig``; the CLI's
+            comera.budget section); None: the defaults. The arguments early_steps ... size_surrogate below, like
+            early_epochs, target_ratio and rank_weight above, override its fields of the same name (None: its value).
         core_step_scale: under an Adam-like optimizer, how far TT cores move per step relative to the optimizer's step: "auto" (the default) moves the cores of token tables and vocabulary heads 12 times as far and leaves every other layer's alone; a number applies to every TT layer (1: the optimizer's own steps). SGD steps stay (docs/METHOD.md §2.2).
         tensorize: which layers become tensor trains and how (the CLI's comera.tensorize section); None: the defaults.
-        early_steps: optimizer steps of the early stage, instead of early_epochs.
-        late_epochs: epochs of the late stage, then the task loss alone; None (and no late_steps): until training ends.
-        late_steps: optimizer steps of the late stage, instead of late_epochs.
-        late_objective: "guarded": the late stage trains on L + λR and shrinks ranks only while the loss holds, the gates' LR following the model's schedule (docs/METHOD.md §2.1); "paper": the paper's trade-off of loss against size.
-        loss_tolerance: guarded late stage: how much worse than its best (a fraction) the loss may get before rank shrinking pauses.
-        loss_target: a fixed L₀ for the late stage; None: the value of loss_target_metric at the switch.
-        loss_target_metric: the logged metric taken for L₀ ("train": the last early epoch's mean training loss); None: val/loss or alike, else "train".
-        loss_weight: ρ_L, the task loss's own weight in the paper's late-stage objective.
-        size_weight: ρ_R, the size surrogate's own weight in the paper's late-stage objective.
-        prune_every_n_epochs: prune interval of the late stage in epochs; None (and no prune_every_n_steps): every epoch.
-        prune_every_n_steps: prune interval of the late stage in optimizer steps, instead of epochs.
-        size_surrogate: R: "mean" (mean of the gates) or "size" (each gate weighted by the core parameters it controls).
         log_bond_ranks: True or "layer": log each TT layer's mean active rank; "bond": every bond's; False: no ranks.
         check_finite_loss: stop with a clear error, before the step's backward, when the task loss is NaN or inf.
         allow_manual_optimization: accept a module with manual optimization (it calls callback.objective itself).
@@ -76,25 +66,26 @@ class ComeraCallback(Callback):
         target_modules: str | list[str] | None = None,
         exclude_modules: str | list[str] | None = None,
         early_epochs: int | None = None,
-        target_ratio: float = 0.2,
-        rank_weight: float = 0.01,
+        target_ratio: float | None = None,
+        rank_weight: float | None = None,
         gate_threshold: float | None = None,
         *,
-        gate_lr: float = DEFAULT_GATE_LR,
+        budget: BudgetConfig | None = None,
         core_step_scale: CoreStepScaleArg = DEFAULT_CORE_STEP_SCALE,
         tensorize: TensorizeConfig | None = None,
+        gate_lr: float | None = None,
         early_steps: int | None = None,
         late_epochs: int | None = None,
         late_steps: int | None = None,
-        late_objective: Literal["guarded", "paper"] = "guarded",
-        loss_tolerance: float = 0.02,
+        late_objective: Literal["budget", "guarded", "paper"] | None = None,
+        loss_tolerance: float | None = None,
         loss_target: float | None = None,
         loss_target_metric: str | None = None,
-        loss_weight: float = 0.1,
-        size_weight: float = 0.01,
+        loss_weight: float | None = None,
+        size_weight: float | None = None,
         prune_every_n_epochs: int | None = None,
         prune_every_n_steps: int | None = None,
-        size_surrogate: str = "mean",
+        size_surrogate: str | None = None,
         log_bond_ranks: bool | Literal["layer", "bond"] = True,
         check_finite_loss: bool = True,
         allow_manual_optimization: bool = False,
@@ -102,10 +93,13 @@ class ComeraCallback(Callback):
         super().__init__()
         shortcuts = dict(max_rank=max_rank, target_modules=target_modules, exclude_modules=exclude_modules, gate_threshold=gate_threshold)
         self.tensorize_config = _tensorize_config(tensorize, shortcuts)
-        self.schedule = StageSchedule(early_epochs, early_steps, late_epochs, late_steps, prune_every_n_epochs, prune_every_n_steps)
-        self.stage_objective = ComeraObjective(target_ratio, rank_weight, loss_weight, size_weight, size_surrogate, late_objective, loss_tolerance)
-        self.loss_target = LossTarget(loss_target, loss_target_metric)
-        self.gate_optimizer = GateOptimizer(gate_lr, follow_schedule=late_objective == "guarded")
+        given = {k: v for k, v in locals().items() if k in BudgetConfig.option_names()}
+        self.budget_config = b = _budget_config(budget, given)
+        self.schedule = StageSchedule(b.early_epochs, b.early_steps, b.late_epochs, b.late_steps, b.prune_every_n_epochs, b.prune_every_n_steps)
+        self.stage_objective = ComeraObjective(b.target_ratio or 1.0, b.rank_weight, b.loss_weight, b.size_weight, b.size_surrogate,
+                                               b.late_objective, b.loss_tolerance)
+        self.loss_target = LossTarget(b.loss_target, b.loss_target_metric)
+        self.gate_optimizer = GateOptimizer(b.gate_lr, follow_schedule=b.late_objective != "paper")
         self.core_steps = CoreStepScale(core_step_scale)
         self.events = StageEvents(self.schedule, self.stage_objective, self.loss_target, self.gate_optimizer)
         self.log_bond_ranks, self.check_finite_loss, self.allow_manual_optimization = log_bond_ranks, check_finite_loss, allow_manual_optimization
@@ -129,10 +123,11 @@ class ComeraCallback(Callback):
         self._trainer = trainer
         check_supported(trainer, pl_module, self.allow_manual_optimization)
         use_atomic_checkpoints(trainer)
-        when_built(pl_module, lambda: _tensorize_module(pl_module, self.tensorize_config, self.stage_objective))
+        when_built(pl_module, lambda: setattr(self, "tensorize_config", _tensorize_module(
+            pl_module, self.tensorize_config, self.stage_objective, self.budget_config)))
         if stage == "fit":
             self._validated = False
-            self.events.announce(trainer.max_epochs)
+            self.events.announce(trainer)
             if pl_module.automatic_optimization:
                 wrap_method(pl_module, "training_step", lambda output: replace_loss(output, self.objective))
 
@@ -142,6 +137,7 @@ class ComeraCallback(Callback):
         layers = [layer for _, layer in tt_layers(pl_module)]
         self.gate_optimizer.attach([g for layer in layers for g in layer.gates], trainer.optimizers)
         self.gate_optimizer.follow_scaler(getattr(trainer.precision_plugin, "scaler", None))
+        self.gate_optimizer.freeze(self.schedule.stage != "early" and self.budget_config.late_objective == "budget")
         self.core_steps.attach(layers, trainer.optimizers)
 
     @override
@@ -164,6 +160,11 @@ class ComeraCallback(Callback):
     def on_before_zero_grad(self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: torch.optim.Optimizer) -> None:
         """Clear the gates' gradients with the module's (they stay when a step was skipped)."""
         self.gate_optimizer.zero_grad()
+
+    @override
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """Where the ranks ended (``comera_ranks.csv`` in the log folder, W&B's table) and the size against the budget's."""
+        self.events.report_end(trainer, pl_module)
 
     @override
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
@@ -241,13 +242,29 @@ class ComeraCallback(Callback):
 _STATE_KEYS = ("schedule", "objective", "gates", "loss_target", "rng", "settings")
 
 
-def _tensorize_module(pl_module: pl.LightningModule, config: TensorizeConfig, objective: ComeraObjective) -> None:
-    """Swap the module's layers for tensor trains, say what changed, bind the objective to them, load checkpoints into them."""
+def _tensorize_module(pl_module: pl.LightningModule, config: TensorizeConfig, objective: ComeraObjective,
+                      budget: BudgetConfig) -> TensorizeConfig:
+    """Swap the module's layers for tensor trains, say what changed, bind the objective and the budget to them, load
+    checkpoints into them; the config used (its caps scaled to the budget: ``BudgetConfig.start_caps``)."""
+    config = budget.start_caps(pl_module, config)
     report = tensorize(pl_module, config)
     if report.swapped:
         rank_zero_info(str(report))
-    objective.bind([m for _, m in tt_layers(pl_module)])
+    layers = [m for _, m in tt_layers(pl_module)]
+    for layer in layers:
+        layer.allow_rank0 = budget.allow_rank0
+    objective.bind(layers)
+    budget.end_size(0.0, compression_stats(pl_module), beside_cores(layers))  # a budget out of reach fails now
+    objective.end_size = lambda size: budget.end_size(size, compression_stats(pl_module), beside_cores(layers))
     install_checkpoint_loading(type(pl_module))
+    return config
+
+
+def _budget_config(config: BudgetConfig | Mapping[str, Any] | None, given: dict[str, Any]) -> BudgetConfig:
+    """The callback's BudgetConfig: ``config`` with the direct arguments given (not None) applied."""
+    if isinstance(config, Mapping):
+        config = BudgetConfig.from_dict(config)
+    return (config if config is not None else BudgetConfig()).replace(**{k: v for k, v in given.items() if v is not None})
 
 
 def _tensorize_config(config: TensorizeConfig | Mapping[str, Any] | None, shortcuts: dict[str, Any]) -> TensorizeConfig:

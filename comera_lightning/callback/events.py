@@ -10,11 +10,12 @@ from __future__ import annotations
 import lightning.pytorch as pl
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
-from comera_lightning.callback.metrics import log_rank_table, publish_sizes
+from comera_lightning.callback.metrics import log_rank_table, publish_sizes, write_rank_table
 from comera_lightning.callback.trainer import mean_over_ranks, rewrap_ddp
 from comera_lightning.optim.gates import GateOptimizer
-from comera_lightning.rank import PruneSummary, latch_dead_gates_, prune_
+from comera_lightning.rank import PruneSummary, active_size, latch_dead_gates_, prune_, shrink_to_, tt_layers
 from comera_lightning.schedule import ComeraObjective, LossTarget, StageSchedule
+from comera_lightning.schedule.config import BUDGET_PRUNES, BUDGET_SHRINK_SHARE
 from comera_lightning.strategy.protocol import ResizeListener
 
 __all__ = ["PRUNE_REASONS", "StageEvents", "warn_rank0"]
@@ -29,10 +30,11 @@ class StageEvents:
     def __init__(self, schedule: StageSchedule, objective: ComeraObjective, loss_target: LossTarget, gates: GateOptimizer) -> None:
         self.schedule, self.objective, self.loss_target, self.gates = schedule, objective, loss_target, gates
         self.rank0_reported: set[str] = set()  # layers already warned about
+        self.held_at: list[int] = []  # steps at which the guard held the budget's shrinking
 
-    def announce(self, max_epochs: int | None) -> None:
-        """Fix the default early stage from the Trainer's ``max_epochs``; say how long it is, or why nothing will be compressed."""
-        infos, warnings_ = self.schedule.resolve(max_epochs)
+    def announce(self, trainer: pl.Trainer) -> None:
+        """Fix the default early stage from the Trainer's length; say how long it is, or why nothing will be compressed."""
+        infos, warnings_ = self.schedule.resolve(trainer.max_epochs, trainer.max_steps)
         for message in infos:
             rank_zero_info(f"ComeraCallback: {message}")
         for message in warnings_:
@@ -53,6 +55,9 @@ class StageEvents:
         if event == "switch":
             self.objective.enter_late(mean_over_ranks(trainer, self.loss_target.resolve(trainer.callback_metrics)))
             self.schedule.enter_late(epochs_done, trainer.global_step)
+            budget = self.objective.late == "budget"
+            self.schedule.plan_late(*_run_length(trainer), prunes=BUDGET_PRUNES if budget else None, shrink_share=BUDGET_SHRINK_SHARE)
+            self.gates.freeze(self.objective.late == "budget")  # the budget, not the gates' drift, decides what goes
             rank_zero_info(f"ComeraCallback: late stage from step {trainer.global_step}: {self.objective.describe()}.")
         if event is not None:
             summary = self.prune(trainer, pl_module, PRUNE_REASONS[event])
@@ -62,8 +67,19 @@ class StageEvents:
             if event == "finish":
                 rank_zero_info(f"ComeraCallback: late stage done at step {trainer.global_step}; training on the task loss only.")
 
+    def shrink(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """The budget's late stage: cut the least important ranks down to this prune's size, unless the guard holds them."""
+        if self.objective.late != "budget" or self.schedule.stage != "late" or trainer.global_step == self.schedule.late_start_step:
+            return
+        if self.objective.guard.paused:
+            self.held_at.append(trainer.global_step)
+            return
+        target = self.objective.target_size(self.schedule.late_progress(trainer.global_step))
+        shrink_to_([layer for _, layer in tt_layers(pl_module)], target, self.gates.importance_of)
+
     def prune(self, trainer: pl.Trainer, pl_module: pl.LightningModule, reason: str) -> PruneSummary:
         """Slice dead ranks out of the module and every optimizer's state, re-wrap DDP, tell the strategy, say what went."""
+        self.shrink(trainer, pl_module)
         summary = prune_(pl_module, [*trainer.optimizers, *self.gates.optimizers()])
         self.schedule.record_prune(trainer.global_step)
         if summary.removed:
@@ -93,11 +109,44 @@ class StageEvents:
     def guard_quality(self, trainer: pl.Trainer) -> None:
         """Guarded late stage, after a validation: pause rank shrinking while the loss is worse than its best, resume after."""
         after_switch = self.schedule.stage == "late" and trainer.global_step > (self.schedule.late_start_step or 0)
-        if self.objective.late != "guarded" or not after_switch or trainer.sanity_checking:
+        if self.objective.late not in ("guarded", "budget") or not after_switch or trainer.sanity_checking:
             return
-        change = self.objective.guard.after_validation(mean_over_ranks(trainer, self.loss_target.resolve(trainer.callback_metrics)))
+        change = self.objective.guard.after_validation(mean_over_ranks(trainer, self.loss_target.quality(trainer.callback_metrics)))
         if change is not None:
             rank_zero_info(f"ComeraCallback: {change}.")
+
+
+    def report_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """At the end of training: the ranks per layer to a CSV in the log folder, the size against the budget's."""
+        path = write_rank_table(trainer, pl_module)
+        line = self.report_budget(pl_module)
+        if line is not None or path is not None:
+            rank_zero_info(f"ComeraCallback: {line or ''}{f' Ranks per layer: {path}.' if path else ''}".strip())
+
+    def report_budget(self, pl_module: pl.LightningModule) -> str | None:
+        """At the end of training: the size reached against the budget's, in one line (None without a budget's late stage)."""
+        if self.objective.late != "budget" or self.objective.size_target is None:
+            return None
+        reached, asked = float(active_size([layer for _, layer in tt_layers(pl_module)])), self.objective.size_target
+        line = f"tensorized layers end at {reached:,.0f} parameters, the budget asked {asked:,.0f} ({reached / asked - 1:+.1%})"
+        if reached <= asked * (1 + BUDGET_TOLERANCE):
+            return line + "."
+        if self.held_at:
+            return (line + f": the quality guard held the shrinking at step(s) {self.held_at} (the validation loss was more "
+                    f"than loss_tolerance={self.objective.guard.tolerance} above its best); raise loss_tolerance to reach it.")
+        return line + ": every bond is at its last rank (allow_rank0=True lets layers go) or the late stage ended early."
+
+
+#: A budget counts as reached within this fraction above the size asked.
+BUDGET_TOLERANCE = 0.1
+
+
+def _run_length(trainer: pl.Trainer) -> tuple[float | None, float | None]:
+    """The fit's optimizer steps in all, and per epoch (None where the Trainer does not know)."""
+    total = trainer.estimated_stepping_batches
+    total = None if total is None or total == float("inf") else float(total)
+    per_epoch = total / trainer.max_epochs if total and trainer.max_epochs and trainer.max_epochs > 0 else None
+    return total, per_epoch
 
 
 #: What to change when ranks die, by the stage they died in.

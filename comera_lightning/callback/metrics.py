@@ -12,7 +12,9 @@ from torch import nn
 from comera_lightning.rank import CompressionStats, active_size, compression_stats, tt_layers
 from comera_lightning.schedule import STAGES
 
-__all__ = ["compression_metrics", "log_rank_table", "publish_sizes", "size_metrics"]
+__all__ = ["compression_metrics", "log_rank_table", "publish_sizes", "rank_rows", "size_metrics", "write_rank_table"]
+
+RANK_COLUMNS = ["layer", "ranks", "params", "dense_params", "compression"]
 
 
 def size_metrics(module: nn.Module, stats: CompressionStats | None = None) -> dict[str, float]:
@@ -73,9 +75,29 @@ def log_rank_table(trainer: pl.Trainer) -> None:
     loggers = [lg for lg in trainer.loggers if isinstance(lg, WandbLogger)]
     if not loggers or trainer.lightning_module is None:
         return
-    rows = [
-        [name, str(list(layer.ranks)), layer.num_parameters(), layer.dense_parameters(), round(layer.compression_ratio(), 2)]
-        for name, layer in tt_layers(trainer.lightning_module)
-    ]
+    rows = rank_rows(trainer.lightning_module)
     for lg in loggers:
-        lg.log_table(key="comera/ranks", columns=["layer", "ranks", "params", "dense_params", "compression"], data=rows)
+        lg.log_table(key="comera/ranks", columns=RANK_COLUMNS, data=rows)
+
+
+def rank_rows(module: nn.Module) -> list[list[Any]]:
+    """Per TT layer: name, its bonds' active ranks, parameters now, dense parameters, compression."""
+    return [[name, " ".join(str(r) for r in layer.ranks), layer.num_parameters(), layer.dense_parameters(),
+             round(layer.compression_ratio(), 2)] for name, layer in tt_layers(module)]
+
+
+def write_rank_table(trainer: pl.Trainer, module: nn.Module) -> str | None:
+    """The final ranks as ``comera_ranks.csv`` in the Trainer's log folder; the file's path, or None (no logger)."""
+    import csv
+    import os
+
+    folder = trainer.log_dir if trainer.loggers else None
+    if not folder or not trainer.is_global_zero:
+        return None
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, "comera_ranks.csv")
+    with open(path, "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(RANK_COLUMNS)
+        writer.writerows(rank_rows(module))
+    return path

@@ -18,18 +18,9 @@ __all__ = ["callback_settings", "warn_changed_settings"]
 
 
 def callback_settings(callback: Any) -> dict[str, Any]:
-    """The ComeraCallback arguments that shape training from now on (not its progress)."""
-    schedule, objective, target = callback.schedule, callback.stage_objective, callback.loss_target
-    return {
-        "early_epochs": schedule.early_epochs, "early_steps": schedule.early_steps,
-        "late_epochs": schedule.late_epochs, "late_steps": schedule.late_steps,
-        "prune_every_n_epochs": schedule.prune_every_n_epochs, "prune_every_n_steps": schedule.prune_every_n_steps,
-        "target_ratio": objective.target_ratio, "rank_weight": objective.rank_weight,
-        "loss_weight": objective.loss_weight, "size_weight": objective.size_weight, "size_surrogate": objective.surrogate,
-        "loss_target": target.value, "loss_target_metric": target.metric, "gate_lr": callback.gate_optimizer.lr,
-        "core_step_scale": callback.core_steps.scale,
-        "tensorize": callback.tensorize_config.to_dict(),
-    }
+    """The ComeraCallback arguments that shape training from now on (not its progress): the budget's options by name."""
+    return {**callback.budget_config.to_dict(), "core_step_scale": callback.core_steps.scale,
+            "tensorize": callback.tensorize_config.to_dict()}
 
 
 def warn_changed_settings(saved: Mapping[str, Any] | None, now: Mapping[str, Any]) -> list[str]:

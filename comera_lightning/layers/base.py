@@ -40,6 +40,14 @@ def _listed(params: nn.ParameterList) -> list[torch.Tensor]:
     return values if len(values) == len(params) else list(params)
 
 
+def _strongest(alive: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
+    """The live index of the largest gate as a one-hot mask (all False when nothing is live), on device."""
+    if alive.numel() == 0:
+        return alive
+    index = torch.where(alive, gate.detach().abs(), -1.0).argmax().reshape(1)
+    return torch.zeros_like(alive).scatter(0, index, alive.gather(0, index))
+
+
 def _fresh_parameter(value: torch.Tensor, like: nn.Parameter) -> nn.Parameter:
     """A new Parameter (new autograd identity) holding ``value``.
 
@@ -55,6 +63,8 @@ class TTModule(TensorizedModule):
 
     #: Rows or columns indexed by tokens (a token table, a vocabulary head): its cores take longer steps (optim/core_steps.py).
     vocabulary_layer = False
+    #: A bond may lose its last live index (the layer then outputs its bias only); False keeps each bond's strongest gate.
+    allow_rank0 = False
 
     def __init__(
         self,
@@ -153,9 +163,13 @@ class TTModule(TensorizedModule):
         """Boolean mask of the live indices of every bond (on device, no host sync).
 
         A NaN gate stays live (``not gate <= threshold``): a numerical fault must show in the
-        outputs, not be pruned away as if the rank had died.
+        outputs, not be pruned away as if the rank had died. Unless ``allow_rank0``, each bond's
+        strongest live gate stays live whatever its value: no bond dies.
         """
-        return [alive & ~(gate <= self.gate_threshold) for alive, gate in zip(self._alive_masks(), _listed(self.gates))]
+        masks = [alive & ~(gate <= self.gate_threshold) for alive, gate in zip(self._alive_masks(), _listed(self.gates))]
+        if self.allow_rank0:
+            return masks
+        return [mask | _strongest(alive, gate) for mask, alive, gate in zip(masks, self._alive_masks(), _listed(self.gates))]
 
     def bond_scales(self) -> list[torch.Tensor]:
         """Each bond's masked gate in the cores' dtype: the scale of core ``k``'s right rank axis."""
@@ -176,6 +190,11 @@ class TTModule(TensorizedModule):
         """Dead gates stay dead, whatever the optimizer does later: the alive buffers only ever lose indices."""
         for alive, mask in zip(self._alive_masks(), masks):
             alive.copy_(mask)
+
+    @torch.no_grad()
+    def kill_(self, bond: int, indices: Sequence[int]) -> None:
+        """Mark these indices of ``bond`` dead for good (``prune_`` slices them out)."""
+        self._alive_masks()[bond][torch.as_tensor(list(indices), dtype=torch.long, device=self.gates[bond].device)] = False
 
     def latch_dead_gates_(self) -> None:
         """Mark the gates now at or below the threshold dead for good (forward does it in eager training).

@@ -24,7 +24,10 @@ from torch import nn
 
 from comera_lightning._checks import check_number
 
-__all__ = ["DEFAULT_GATE_LR", "GateOptimizer"]
+__all__ = ["DEFAULT_GATE_LR", "IMPORTANCE_SMOOTHING", "GateOptimizer"]
+
+#: AdaLoRA's smoothing of the sensitivity |g · ∂L/∂g| that ranks a gate's importance (``importance_of``).
+IMPORTANCE_SMOOTHING = 0.85
 
 #: Measured on unmodified modules (docs/USAGE.md, "Your own model": the drop-in benchmark): prunes within a few hundred steps.
 DEFAULT_GATE_LR = 2e-2
@@ -39,6 +42,7 @@ class GateOptimizer:
         check_number("gate_lr", lr, 0.0, low_open=True)
         self.lr, self.betas, self.eps = float(lr), tuple(betas), float(eps)
         self.follow_schedule = follow_schedule
+        self.frozen = False  # gates keep their values (their importance is still tracked): ``freeze``
         self.optimizer: torch.optim.Adam | None = None
         self.scaler: Any = None  # the GradScaler whose scale is on the gate gradients (attributes only: ddp_spawn pickles this)
         self._hook: Any = None
@@ -104,13 +108,50 @@ class GateOptimizer:
             if not all(bool(torch.isfinite(g).all()) for g in grads):
                 self.zero_grad()
                 return
+        sensitivity = [(g, (g.detach() * g.grad).abs()) for g in self.parameters() if g.grad is not None]
+        if self.frozen:
+            self._track(sensitivity)
+            self.zero_grad()
+            return
         self.optimizer.step()
+        self._track(sensitivity)
         self.zero_grad()
 
+    def freeze(self, frozen: bool = True) -> None:
+        """Stop (or resume) moving the gates; their importance is still tracked (a budget decides which ranks go)."""
+        self.frozen = frozen
+
+    def _track(self, sensitivity: list[tuple[nn.Parameter, torch.Tensor]]) -> None:
+        """Fold this step's sensitivities into each gate's smoothed importance (kept in Adam's state)."""
+        for gate, value in sensitivity:
+            state = self.optimizer.state[gate]
+            if "importance" in state:
+                state["importance"].mul_(IMPORTANCE_SMOOTHING).add_(value, alpha=1 - IMPORTANCE_SMOOTHING)
+            elif state:  # Adam sets its state up at its first step: until then an entry of ours would stop it doing so
+                state["importance"] = value.clone()
+
+    def importance_of(self, gate: nn.Parameter) -> torch.Tensor | None:
+        """Each index's smoothed sensitivity |g · ∂L/∂g| (the first-order loss change if it died); None before a step.
+
+        Kept in the gates' Adam state, so pruning slices it and checkpoints carry it.
+        """
+        if self.optimizer is None:
+            return None
+        return self.optimizer.state.get(gate, {}).get("importance")
+
     def zero_grad(self) -> None:
-        """Clear the gates' gradients (in place on CUDA, where a captured graph keeps their memory)."""
-        if self.optimizer is not None:
-            self.optimizer.zero_grad(set_to_none=not self.optimizer.defaults["capturable"])
+        """Clear the gates' gradients (in place on CUDA, where a captured graph keeps their memory; a plain loop, not
+        ``Optimizer.zero_grad``, which a compiled step may not trace)."""
+        if self.optimizer is None:
+            return
+        in_place = self.optimizer.defaults["capturable"]
+        for gate in self.parameters():
+            if gate.grad is None:
+                continue
+            if in_place:
+                gate.grad.zero_()
+            else:
+                gate.grad = None
 
     def parameters(self) -> list[nn.Parameter]:
         """The gates now (pruning swaps them for sliced ones)."""

@@ -80,6 +80,11 @@ class LossTarget:
                 "Use one of these names, or 'train' for the mean training loss."
             )
 
+    def quality(self, metrics: Mapping[str, Any]) -> float:
+        """The loss the late stage's guard watches: ``resolve`` without the fixed value (a fixed L₀ is a target, not a
+        measurement: the guard compares the validation loss, or the metric named, with its best)."""
+        return LossTarget(None, self.metric).resolve(metrics) if self.value is not None else self.resolve(metrics)
+
     def resolve(self, metrics: Mapping[str, Any]) -> float:
         """L₀ now, given the metrics logged so far (``trainer.callback_metrics``)."""
         if self.value is not None:

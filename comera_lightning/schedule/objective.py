@@ -4,6 +4,7 @@
 * late stage, ``"guarded"`` (the default): ``L + λ·R`` with ``λ = 1`` only while quality holds and
   ``S > S₀`` (``guard.py``: the running training loss and the validation loss near their best);
 * late stage, ``"paper"``: ``ρ_L·L + ρ_R·R + λ·R + (1−λ)·L`` with ``λ = 1[(L−L₀)/L < (S−S₀)/S]``, on device;
+* late stage, ``"budget"``: ``L``; the ranks shrink at each prune to ``target_size`` (``shrink_to_``), not by a loss term;
 * final stage: ``L``.
 
 ``L`` is the task loss, ``R`` the size surrogate of the gates (``rank.size_surrogate``), ``S``
@@ -14,7 +15,7 @@ tensors every call, written in place, so that a captured CUDA graph keeps them c
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -26,8 +27,9 @@ from comera_lightning.schedule.guard import QualityGuard
 
 __all__ = ["LATE_OBJECTIVES", "ComeraObjective"]
 
-#: The late stage's objectives: quality first (``guarded``) or the paper's trade-off (``paper``).
-LATE_OBJECTIVES = ("guarded", "paper")
+#: The late stage's objectives: a size budget on a schedule (``budget``), quality first (``guarded``) or the paper's
+#: trade-off (``paper``).
+LATE_OBJECTIVES = ("budget", "guarded", "paper")
 
 _STATE = ("size_at_switch", "size_target", "loss_target", "normalizer")
 
@@ -44,6 +46,7 @@ class ComeraObjective:
         surrogate: str = "mean",
         late: str = "guarded",
         loss_tolerance: float = 0.02,
+        end_size: Callable[[float], float] | None = None,
     ) -> None:
         check_number("target_ratio", target_ratio, 0.0, 1.0, low_open=True)
         check_number("rank_weight", rank_weight, 0.0)
@@ -54,6 +57,7 @@ class ComeraObjective:
         if late not in LATE_OBJECTIVES:
             raise ValueError(f"late_objective={late!r} is unknown; choose one of {LATE_OBJECTIVES}.")
         self.late, self.guard = late, QualityGuard(loss_tolerance)
+        self.end_size = end_size or (lambda size: self.target_ratio * size)  # S₀ from the size at the switch
         self.target_ratio, self.rank_weight = float(target_ratio), float(rank_weight)
         self.loss_weight, self.size_weight, self.surrogate = float(loss_weight), float(size_weight), surrogate
         self.size_at_switch: float | None = None
@@ -81,7 +85,7 @@ class ComeraObjective:
         self.last = self._keep(task_loss=loss, size_surrogate=surrogate)
         if stage == "early":
             return task_loss + self.rank_weight * surrogate
-        if stage == "final":
+        if stage == "final" or self.late == "budget":
             return task_loss
         size = active_size(self.layers).clamp_min(1.0)  # a model pruned to nothing must not divide by zero
         if guarded:
@@ -102,14 +106,23 @@ class ComeraObjective:
         return {name: self._kept[name] for name in terms}
 
     def enter_late(self, loss_target: float) -> None:
-        """Fix S (the active size now), S₀ = target_ratio·S and L₀ for the late stage."""
+        """Fix S (the active size now), S₀ (``end_size(S)``: target_ratio·S unless a budget says otherwise) and L₀."""
         self.size_at_switch = float(active_size(self.layers))
-        self.size_target = self.target_ratio * self.size_at_switch
+        self.size_target = min(self.size_at_switch, float(self.end_size(self.size_at_switch)))
         self.loss_target = float(loss_target)
         self.guard.start(self.loss_target)
 
+    def target_size(self, progress: float) -> float:
+        """The budget's size at ``progress`` through the late stage's prunes (0: the switch, 1: the last):
+        cubic from S down to S₀ (AdaLoRA's schedule: most of the cut early, while there is time to recover)."""
+        remaining = (1.0 - min(1.0, max(0.0, progress))) ** 3
+        return self.size_target + (self.size_at_switch - self.size_target) * remaining
+
     def describe(self) -> str:
         """The late stage's targets in words."""
+        if self.late == "budget":
+            return (f"S={self.size_at_switch:,.0f} → S₀={self.size_target:,.0f} by the last prune, least important ranks "
+                    f"first, while the loss stays within {self.guard.tolerance:.0%} of its best")
         return (
             f"S={self.size_at_switch:,.0f} → target S₀={self.size_target:,.0f} (ratio {self.target_ratio}), "
             f"L₀={self.loss_target:.4f}"

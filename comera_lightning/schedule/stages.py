@@ -18,8 +18,8 @@ from comera_lightning._checks import check_count, check_exclusive
 __all__ = ["STAGES", "StageSchedule"]
 
 STAGES = ("early", "late", "final")
-_PROGRESS = ("stage", "early_epochs_resolved", "late_start_epoch", "late_start_step", "last_prune_step", "prune_events",
-             "epochs_ended")
+_PROGRESS = ("stage", "early_epochs_resolved", "early_steps_resolved", "late_start_epoch", "late_start_step",
+             "last_late_prune_step", "planned_prune_steps", "last_prune_step", "prune_events", "epochs_ended")
 
 
 class StageSchedule:
@@ -54,24 +54,34 @@ class StageSchedule:
         self.late_epochs, self.late_steps = late_epochs, late_steps
         self.prune_every_n_steps = prune_every_n_steps
         self.prune_every_n_epochs = prune_every_n_epochs if prune_every_n_steps is not None else (prune_every_n_epochs or 1)
+        self.interval_given = prune_every_n_steps is not None or prune_every_n_epochs is not None
         self.stage = "early"
         self.early_epochs_resolved = early_epochs
+        self.early_steps_resolved = early_steps
         self.late_start_epoch: int | None = None
+        self.last_late_prune_step: int | None = None  # where the late stage's prunes end (plan_late)
+        self.planned_prune_steps: int | None = None  # the late stage's prune interval plan_late chose
         self.late_start_step: int | None = None
         self.last_prune_step = -1
         self.prune_events = 0
         self.epochs_ended = 0  # epoch ends handled (a resume checks that none was skipped)
         self.max_epochs: int | None = None  # the Trainer's, fixed by resolve (not progress: a resume may change it)
 
-    def resolve(self, max_epochs: int | None) -> tuple[list[str], list[str]]:
-        """Fix the default early stage from the Trainer's ``max_epochs``; returns (information, warnings) for the user."""
+    def resolve(self, max_epochs: int | None, max_steps: int | None = None) -> tuple[list[str], list[str]]:
+        """Fix the default early stage from the Trainer's ``max_epochs`` (else ``max_steps``); returns (information,
+        warnings) for the user."""
         infos, warnings_ = [], []
         self.max_epochs = max_epochs if max_epochs is not None and max_epochs > 0 else None
-        if self.early_epochs_resolved is None and self.early_steps is None:
-            if max_epochs is None or max_epochs < 1:
-                raise ValueError("ComeraCallback needs early_epochs or early_steps when the Trainer has no max_epochs.")
-            self.early_epochs_resolved = max(1, round(2 * max_epochs / 3))
-            infos.append(f"early stage = {self.early_epochs_resolved} of {max_epochs} epochs (2/3, the paper's 20 of 30).")
+        if self.early_epochs_resolved is None and self.early_steps_resolved is None:
+            if self.max_epochs is None and (max_steps is None or max_steps < 1):
+                raise ValueError("ComeraCallback needs early_epochs or early_steps when the Trainer has neither max_epochs "
+                                 "nor max_steps.")
+            if self.max_epochs is None:
+                self.early_steps_resolved = max(1, round(2 * max_steps / 3))
+                infos.append(f"early stage = {self.early_steps_resolved} of {max_steps} steps (2/3, the paper's 20 of 30 epochs).")
+            else:
+                self.early_epochs_resolved = max(1, round(2 * max_epochs / 3))
+                infos.append(f"early stage = {self.early_epochs_resolved} of {max_epochs} epochs (2/3, the paper's 20 of 30).")
         early = self.early_epochs_resolved
         if early is not None and max_epochs is not None and 0 < max_epochs <= early:
             warnings_.append(
@@ -85,13 +95,14 @@ class StageSchedule:
         if step == self.last_prune_step:
             return None
         if self.stage == "early":
-            return "switch" if self.early_steps is not None and step >= self.early_steps else None
+            return "switch" if self.early_steps_resolved is not None and step >= self.early_steps_resolved else None
         if self.stage != "late":
             return None
         since = step - self.late_start_step
         if self.late_steps is not None and since >= self.late_steps:
             return "finish"
-        return "prune" if self.prune_every_n_steps and since % self.prune_every_n_steps == 0 else None
+        every = self.planned_prune_steps or self.prune_every_n_steps
+        return "prune" if every and since % every == 0 else None
 
     def after_epoch(self, epochs_done: int) -> str | None:
         """The epoch-based event due once ``epochs_done`` epochs have finished, if any."""
@@ -106,11 +117,43 @@ class StageSchedule:
         since = epochs_done - self.late_start_epoch
         if self.late_epochs is not None and since >= self.late_epochs:
             return "finish"
+        if self.planned_prune_steps:
+            return None  # the late stage prunes by steps (plan_late)
         return "prune" if self.prune_every_n_epochs and since % self.prune_every_n_epochs == 0 else None
 
     def enter_late(self, epochs_done: int, step: int) -> None:
         """The late stage starts now."""
         self.stage, self.late_start_epoch, self.late_start_step = "late", epochs_done, step
+
+    def plan_late(self, total_steps: float | None, steps_per_epoch: float | None, prunes: int | None = None,
+                  shrink_share: float = 1.0) -> None:
+        """At the switch: when the late stage's shrinking ends, from the run's length (``late_progress``).
+
+        ``prunes`` (a budget's size falls in small steps): unless an interval was given, prune that many times evenly over
+        the first ``shrink_share`` of the late stage; the rest of it trains at the size reached. Otherwise the shrinking
+        ends one prune before the stage ends, so the last interval trains at the final size.
+        """
+        start = self.late_start_step
+        epochs_to_steps = (lambda n: None if n is None or not steps_per_epoch else n * steps_per_epoch)
+        length = self.late_steps or epochs_to_steps(self.late_epochs)
+        if length is None and total_steps is not None and total_steps != float("inf"):
+            length = total_steps - start
+        if not length:
+            self.last_late_prune_step = None
+            return
+        if prunes and not self.interval_given:
+            self.planned_prune_steps = max(1, int(length * shrink_share // prunes))
+            self.last_late_prune_step = start + self.planned_prune_steps * prunes
+            return
+        interval = self.prune_every_n_steps or epochs_to_steps(self.prune_every_n_epochs) or length
+        self.last_late_prune_step = start + max(1, int(length // interval) - 1) * int(round(interval))
+
+    def late_progress(self, step: int) -> float:
+        """How far through the late stage's prunes ``step`` is: 0 at the switch, 1 at its last prune (and after);
+        1 when the run's length is unknown (the budget is then reached at once)."""
+        if self.late_start_step is None or not self.last_late_prune_step or self.last_late_prune_step <= self.late_start_step:
+            return 1.0
+        return min(1.0, (step - self.late_start_step) / (self.last_late_prune_step - self.late_start_step))
 
     def enter_final(self) -> None:
         """The late stage is over: task loss only from now on."""

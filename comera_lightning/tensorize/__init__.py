@@ -24,15 +24,16 @@ from comera_lightning.layers import TensorizedModule
 from comera_lightning.layers.hot_rows import keep_id_counts_local
 from comera_lightning.rank import compression_stats
 from comera_lightning.tensorize.attention import attention_blocks
-from comera_lightning.tensorize.config import DEFAULT_EMBEDDING_RANK, INIT_CHOICES, ModuleRules, TensorizeConfig
+from comera_lightning.tensorize.build import build_layer
+from comera_lightning.tensorize.config import INIT_CHOICES, ModuleRules, TensorizeConfig
 from comera_lightning.tensorize.converters import no_converter_reason  # importing it registers the built-in converters
 from comera_lightning.tensorize.heads import output_heads, widens
 from comera_lightning.tensorize.registry import Converter, converter_for
-from comera_lightning.tensorize.rules import Rule, RuleMatchError, overrides_for, unmatched_error
+from comera_lightning.tensorize.rules import Rule, RuleMatchError, unmatched_error
 
 __all__ = [
     "tensorize", "to_dense", "check_rules", "tensorizable_names", "TensorizeConfig", "TensorizeReport", "SwapRecord", "ModuleRules",
-    "INIT_CHOICES", "RuleMatchError",
+    "INIT_CHOICES", "RuleMatchError", "planned_sizes",
 ]
 
 #: A module of an unhandled type with a weight of at least this many entries is reported as skipped.
@@ -185,6 +186,15 @@ def tensorizable_names(model: nn.Module) -> list[str]:
     return names
 
 
+def planned_sizes(model: nn.Module, config: TensorizeConfig) -> tuple[list[str], int, int]:
+    """The layers ``tensorize(model, config)`` would swap, their dense parameters and their tensorized ones; nothing is
+    swapped."""
+    scan = _ModelScan.of(model)
+    swaps = _plan(model, config, scan, Rule("target_modules", config.target_modules),
+                  Rule("exclude_modules", config.exclude_modules), TensorizeReport(model_parameters_before=0))
+    return [r.name for _, _, r in swaps], sum(r.dense_parameters for _, _, r in swaps), sum(r.tt_parameters for _, _, r in swaps)
+
+
 def to_dense(model: nn.Module) -> list[str]:
     """Replace every tensorized layer of ``model`` by the equivalent dense module, in place; returns their names.
 
@@ -264,7 +274,7 @@ def _plan(
         if reason is None and not targets.given:
             reason = _default_exclusion(name, module, config, scan)
         if reason is None:
-            built = _build(name, module, converter, config, scan.head_reason(name) is not None and widens(module))
+            built = build_layer(name, module, converter, config, scan.head_reason(name) is not None and widens(module))
             if built.compression_ratio() >= config.min_compression:
                 swaps.append((module, built, SwapRecord.of(name, module, built)))
                 continue
@@ -307,37 +317,6 @@ def _skip_reason(name: str, module: nn.Module, converter: Converter, scan: _Mode
     if weight is not None and not weight.requires_grad:
         return "frozen (weight.requires_grad is False)"
     return converter.unsupported(module)
-
-
-def _build(name: str, module: nn.Module, converter: Converter, config: TensorizeConfig, vocabulary_head: bool = False) -> TensorizedModule:
-    overrides = overrides_for(name, config.layer_config or {})
-    wrong = set(overrides) - converter.options
-    if wrong:
-        raise ValueError(
-            f"layer_config keys {sorted(wrong)} do not apply to {name} ({type(module).__name__}); allowed: {sorted(converter.options)}."
-        )
-    defaults = converter.defaults(config)
-    if vocabulary_head:
-        defaults["rank_fraction"] = config.head_rank_fraction
-    options = _resolve_rank({**defaults, **overrides}, module)
-    try:
-        built = converter.build(module, options)
-    except ValueError as err:
-        raise ValueError(f"cannot tensorize {name} ({type(module).__name__}): {err}") from err
-    if vocabulary_head:
-        built.vocabulary_layer = True  # its columns are tokens: its cores take longer steps (optim/core_steps.py)
-    return built
-
-
-def _resolve_rank(options: dict[str, Any], module: nn.Module) -> dict[str, Any]:
-    """``max_rank`` None: ``rank_fraction`` of the smaller side of the module's weight (30 without a weight matrix)."""
-    fraction = options.pop("rank_fraction", None)
-    if options.get("max_rank") is None:
-        weight = getattr(module, "weight", None)
-        weight = weight if isinstance(weight, torch.Tensor) else getattr(module, "in_proj_weight", None)
-        side = min(weight.shape[-2:]) if isinstance(weight, torch.Tensor) and weight.dim() >= 2 else None
-        options["max_rank"] = max(1, round(fraction * side)) if side and fraction else DEFAULT_EMBEDDING_RANK
-    return options
 
 
 def _replace_everywhere(model: nn.Module, names: list[str], new: nn.Module) -> None:

@@ -11,7 +11,7 @@ import torch
 from lightning.pytorch.callbacks import EarlyStopping, LearningRateMonitor, ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger
 
-from comera_lightning import ComeraCallback, TTLinear
+from comera_lightning import BudgetConfig, ComeraCallback, TTLinear
 from comera_lightning.rank import tt_layers
 from tests.helpers.callback_runs import assert_same, callback, trainer
 from tests.helpers.paths import ROOT, SCRIPTS
@@ -303,7 +303,8 @@ def test_a_loss_target_metric_logged_in_the_modules_own_epoch_end_is_accepted(tm
 
 def test_a_layer_pruned_to_rank_zero_is_reported_and_logged(tmp_path):
     L.seed_everything(0)
-    model, cb = PlainClassifier(), callback(early_epochs=1, gate_lr=3e-2, late_objective="paper")  # guarded spares a bond's last rank
+    model, cb = PlainClassifier(), callback(early_epochs=1, gate_lr=3e-2, late_objective="paper",  # guarded spares a bond's last rank
+                                            budget=BudgetConfig(allow_rank0=True))
     logger = CSVLogger(tmp_path, name="run")
     with pytest.warns(UserWarning, match=r"pruned to rank 0 on a bond: each now outputs its bias only"):
         trainer(tmp_path, [cb], logger=logger, max_epochs=4).fit(model, *loaders())

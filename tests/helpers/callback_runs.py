@@ -21,6 +21,7 @@ def callback(**kwargs):
     kwargs.setdefault("rank_weight", 0.5)
     kwargs.setdefault("target_ratio", 0.3)
     kwargs.setdefault("gate_lr", 3e-2)  # short runs: gates must move fast
+    kwargs.setdefault("late_objective", "guarded")  # these runs test the gates' own pruning; the budget's: tests/callback/test_budget.py
     return ComeraCallback(**kwargs)
 
 

@@ -109,11 +109,22 @@ def test_physical_prune_keeps_function_and_shrinks_cores():
 
 def test_rank_zero_leaves_only_the_bias():
     layer = TTLinear(16, 8, max_rank=4, num_cores=1)
+    layer.allow_rank0 = True
     with torch.no_grad():
         layer.gates[0].zero_()
     layer.prune_()
     assert layer.physical_ranks == (0,)
     torch.testing.assert_close(layer(torch.randn(3, 16)), layer.bias.expand(3, 8))
+
+
+def test_a_bond_keeps_its_strongest_gate_unless_rank_zero_is_allowed():
+    layer = TTLinear(16, 8, max_rank=4, num_cores=1)
+    with torch.no_grad():
+        layer.gates[0].copy_(torch.tensor([0.0, 0.004, -0.006, 0.002]))
+    assert layer.ranks == (1,) and layer.gate_masks()[0].tolist() == [False, False, True, False]
+    layer.prune_()
+    assert layer.physical_ranks == (1,)
+    assert not torch.equal(layer(torch.randn(3, 16)), layer.bias.expand(3, 8))
 
 
 def test_pruned_state_dict_loads_strictly_into_a_fresh_layer():

@@ -10,7 +10,7 @@ from pathlib import Path
 import lightning as L
 import torch
 
-from comera_lightning import ComeraCallback
+from comera_lightning import BudgetConfig, ComeraCallback
 from comera_lightning.rank import tt_layers
 from tests.helpers.plain_modules import PlainClassifier, loaders
 
@@ -36,7 +36,8 @@ if __name__ == "__main__":
     model = PlainClassifier()
     early_epochs, max_epochs = (2, 4) if mode == "default" else (1, 7)
     # The paper's late stage: it cuts bonds to rank 0 (the guarded one spares each bond's last rank), what this run checks.
-    cb = ComeraCallback(max_rank=8, early_epochs=early_epochs, rank_weight=0.5, target_ratio=0.3, gate_lr=3e-2, late_objective="paper")
+    cb = ComeraCallback(max_rank=8, early_epochs=early_epochs, rank_weight=0.5, target_ratio=0.3, gate_lr=3e-2, late_objective="paper",
+                        budget=BudgetConfig(allow_rank0=mode != "default"))
     trainer = L.Trainer(
         accelerator="cpu", devices=2, strategy="ddp_spawn" if mode == "spawn" else "ddp", max_epochs=max_epochs,
         callbacks=[cb, SaveEachRank(out, cb)], logger=False, enable_progress_bar=False, enable_model_summary=False,

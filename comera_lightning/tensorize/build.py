@@ -1,0 +1,48 @@
+"""One dense module turned into its tensorized layer: the converter's options, per-layer overrides, the rank cap."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from comera_lightning.layers import TensorizedModule
+from comera_lightning.tensorize.config import DEFAULT_EMBEDDING_RANK, TensorizeConfig
+from comera_lightning.tensorize.registry import Converter
+from comera_lightning.tensorize.rules import overrides_for
+
+__all__ = ["build_layer", "resolve_rank"]
+
+
+def build_layer(name: str, module: nn.Module, converter: Converter, config: TensorizeConfig,
+                vocabulary_head: bool = False) -> TensorizedModule:
+    """The tensorized layer for ``module`` (named ``name``): the converter's defaults, then ``layer_config``'s overrides."""
+    overrides = overrides_for(name, config.layer_config or {})
+    wrong = set(overrides) - converter.options
+    if wrong:
+        raise ValueError(
+            f"layer_config keys {sorted(wrong)} do not apply to {name} ({type(module).__name__}); allowed: {sorted(converter.options)}."
+        )
+    defaults = converter.defaults(config)
+    if vocabulary_head:
+        defaults["rank_fraction"] = config.head_rank_fraction
+    options = resolve_rank({**defaults, **overrides}, module)
+    try:
+        built = converter.build(module, options)
+    except ValueError as err:
+        raise ValueError(f"cannot tensorize {name} ({type(module).__name__}): {err}") from err
+    if vocabulary_head:
+        built.vocabulary_layer = True  # its columns are tokens: its cores take longer steps (optim/core_steps.py)
+    return built
+
+
+def resolve_rank(options: dict[str, Any], module: nn.Module) -> dict[str, Any]:
+    """``max_rank`` None: ``rank_fraction`` of the smaller side of the module's weight (30 without a weight matrix)."""
+    fraction = options.pop("rank_fraction", None)
+    if options.get("max_rank") is None:
+        weight = getattr(module, "weight", None)
+        weight = weight if isinstance(weight, torch.Tensor) else getattr(module, "in_proj_weight", None)
+        side = min(weight.shape[-2:]) if isinstance(weight, torch.Tensor) and weight.dim() >= 2 else None
+        options["max_rank"] = max(1, round(fraction * side)) if side and fraction else DEFAULT_EMBEDDING_RANK
+    return options

@@ -1,0 +1,106 @@
+"""The size budget (BudgetConfig): the size asked is the size reached, where the ranks go is decided by training."""
+
+import csv
+from pathlib import Path
+
+import lightning as L
+import pytest
+import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.loggers import CSVLogger
+
+from comera_lightning import ComeraCallback
+from comera_lightning.rank import compression_stats, tt_layers
+from comera_lightning.schedule import BudgetConfig
+from tests.helpers.callback_runs import trainer
+from tests.helpers.plain_modules import PlainClassifier, loaders
+
+
+def tt_size(model):
+    return sum(core.numel() for _, layer in tt_layers(model) for core in layer.cores)
+
+
+def fit(tmp_path, budget, epochs=6, **kwargs):
+    L.seed_everything(0)
+    model, cb = PlainClassifier(), ComeraCallback(budget=budget, early_epochs=2, **kwargs)
+    logger = CSVLogger(tmp_path, name="run")
+    trainer(tmp_path, [cb], logger=logger, max_epochs=epochs).fit(model, *loaders())
+    return model, cb, logger
+
+
+@pytest.mark.parametrize("budget", [BudgetConfig(), BudgetConfig(compression=12.0), BudgetConfig(target_ratio=0.25)])
+def test_the_run_ends_at_the_size_asked(tmp_path, budget):
+    model, cb, logger = fit(tmp_path, budget)
+    asked = cb.size_target
+    assert asked is not None and abs(tt_size(model) / asked - 1) <= 0.1
+    if budget.asked_compression is not None:  # BudgetConfig(): the default, 4x
+        stats = compression_stats(model)
+        assert abs(stats.dense_tt_parameters / stats.tt_parameters / budget.asked_compression - 1) <= 0.1
+    rows = list(csv.DictReader(open(Path(logger.log_dir) / "comera_ranks.csv")))
+    assert [r["layer"] for r in rows] == ["encoder.0", "encoder.2"]
+    assert [r["ranks"] for r in rows] == [" ".join(map(str, layer.ranks)) for _, layer in tt_layers(model)]
+
+
+def test_a_compression_budget_starts_at_twice_the_size_asked_and_a_fixed_one_at_it(tmp_path):
+    sizes = {}
+    for adapt in (True, False):
+        model, cb, _ = fit(tmp_path / str(adapt), BudgetConfig(compression=12.0, adapt=adapt), epochs=2)  # no late stage
+        stats = compression_stats(model)
+        sizes[adapt] = stats.tt_parameters / (stats.dense_tt_parameters / 12.0)
+    assert 1.6 < sizes[True] < 2.4 and 0.8 < sizes[False] < 1.25
+
+
+def test_the_least_important_ranks_go_and_no_bond_dies(tmp_path):
+    model, cb, _ = fit(tmp_path, BudgetConfig(compression=200.0))
+    assert all(rank >= 1 for _, layer in tt_layers(model) for rank in layer.ranks)
+    saved = cb.gate_optimizer.state_dict()["state"]  # the gates' Adam state after the fit: importance sliced with the gates
+    assert [tuple(saved[i]["importance"].shape) for i in range(2)] == [layer.gates[0].shape for _, layer in tt_layers(model)]
+
+
+def test_allow_rank0_lets_a_layer_go(tmp_path):
+    model, _, _ = fit(tmp_path, BudgetConfig(compression=1000.0, allow_rank0=True))
+    assert any(0 in layer.physical_ranks for _, layer in tt_layers(model))
+
+
+def test_a_parameter_budget_counts_the_whole_model(tmp_path):
+    model, _, _ = fit(tmp_path, BudgetConfig(parameters=2_400))
+    assert abs(sum(p.numel() for p in model.parameters()) / 2_400 - 1) <= 0.1
+
+
+def test_a_budget_the_model_cannot_meet_fails_before_training(tmp_path):
+    with pytest.raises(ValueError, match="outside its tensorized layers' cores"):
+        fit(tmp_path, BudgetConfig(parameters=100))
+
+
+def test_the_guard_holds_the_budget_and_the_run_says_so(tmp_path, caplog):
+    # L₀ = 0 is the best loss at the switch: every validation is worse by more than the tolerance and pauses the shrinking
+    model, cb, _ = fit(tmp_path, BudgetConfig(compression=12.0), loss_target=0.0)
+    assert tt_size(model) > 1.1 * cb.size_target
+    assert "the quality guard held the shrinking" in caplog.text
+
+
+def test_a_trainer_counting_steps_only_gets_the_default_stages(tmp_path):
+    L.seed_everything(0)
+    model, cb = PlainClassifier(), ComeraCallback(budget=BudgetConfig(compression=12.0))
+    trainer(tmp_path, [cb], max_epochs=-1, max_steps=60).fit(model, *loaders())
+    assert cb.schedule.early_steps_resolved == 40 and cb.stage == "late"
+    assert abs(tt_size(model) / cb.size_target - 1) <= 0.1
+
+
+def test_budget_options_and_direct_arguments_meet_in_one_config():
+    cb = ComeraCallback(budget={"compression": 8.0, "early_epochs": 3}, early_epochs=5, loss_tolerance=0.05)
+    assert cb.budget_config == BudgetConfig(compression=8.0, early_epochs=5, loss_tolerance=0.05)
+    with pytest.raises(ValueError, match="compression=8.0 and parameters=10"):
+        BudgetConfig(compression=8.0, parameters=10)
+    with pytest.raises(TypeError, match="unknown budget option"):
+        BudgetConfig().replace(compresion=2.0)
+
+
+def test_a_budget_run_resumes_with_its_importance(tmp_path):
+    model, cb, _ = fit(tmp_path, BudgetConfig(compression=12.0), epochs=3)
+    state = cb.state_dict()
+    saved = state["gates"]["state"]
+    assert saved and all("importance" in entry for entry in saved.values())
+    again = ComeraCallback(budget=BudgetConfig(compression=12.0), early_epochs=2)
+    again.load_state_dict(state)
+    assert again.schedule.last_late_prune_step == cb.schedule.last_late_prune_step
