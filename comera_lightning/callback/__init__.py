@@ -10,6 +10,7 @@ stage's objective (docs/METHOD.md §2); :class:`~comera_lightning.schedule.LossT
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping
 from typing import Any, Literal
 
@@ -258,6 +259,11 @@ def _tensorize_module(pl_module: pl.LightningModule, config: TensorizeConfig, ob
     objective.end_size = lambda size: budget.end_size(size, compression_stats(pl_module), beside_cores(layers))
     install_checkpoint_loading(type(pl_module))
     return config
+
+
+_SHORTCUTS = [name for name in BudgetConfig.option_names() if f"        {name}: " not in ComeraCallback.__doc__]
+ComeraCallback.__doc__ = ComeraCallback.__doc__.rstrip() + "\n" + BudgetConfig.argument_docs(
+    [name for name in inspect.signature(ComeraCallback).parameters if name in _SHORTCUTS])
 
 
 def _budget_config(config: BudgetConfig | Mapping[str, Any] | None, given: dict[str, Any]) -> BudgetConfig:

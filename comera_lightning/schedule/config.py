@@ -16,6 +16,7 @@ Asking for none of them asks for ``DEFAULT_COMPRESSION``; asking for two is an e
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Union
@@ -44,6 +45,9 @@ START_FACTOR = 2.0
 #: ``guarded``: the size term of the loss shrinks them while quality holds (no size is promised);
 #: ``paper``: the paper's trade-off of loss against size (docs/METHOD.md §2).
 BUDGET_LATE_OBJECTIVES = ("budget", "guarded", "paper")
+#: Options of which one is set at most: a later value of one replaces the others (``BudgetConfig.replace``).
+_ONE_OF = ({"compression", "parameters", "target_ratio"}, {"early_epochs", "early_steps"}, {"late_epochs", "late_steps"},
+           {"prune_every_n_epochs", "prune_every_n_steps"})
 
 
 @dataclass(frozen=True)
@@ -118,13 +122,15 @@ class BudgetConfig:
 
     def replace(self, **changes: Any) -> BudgetConfig:
         """A copy with ``changes`` applied (validated); unknown option names are refused. A size asked in ``changes``
-        (compression, parameters or target_ratio) replaces the one asked before."""
+        (compression, parameters or target_ratio) replaces the one asked before; a stage length or prune interval
+        given in steps replaces the one given in epochs, and the other way round."""
         unknown = set(changes) - set(self.option_names())
         if unknown:
             raise TypeError(f"unknown budget option(s) {sorted(unknown)}; valid: {self.option_names()}.")
-        sizes = {"compression", "parameters", "target_ratio"}
-        if sizes & {k for k, v in changes.items() if v is not None}:
-            changes = {**{name: None for name in sizes}, **changes}
+        given = {k for k, v in changes.items() if v is not None}
+        for group in _ONE_OF:  # a size or a stage length given in changes replaces the one given before, in any unit
+            if group & given:
+                changes = {**{name: None for name in group}, **changes}
         return dataclasses.replace(self, **changes) if changes else self
 
     def to_dict(self) -> dict[str, Any]:
@@ -185,6 +191,19 @@ class BudgetConfig:
         if self.parameters <= fixed:
             raise ValueError(f"BudgetConfig(parameters={self.parameters:,}) is no more than the model's {fixed:,} parameters "
                              "outside its tensorized layers' cores: ask for more, or tensorize more layers (TensorizeConfig).")
+
+    @classmethod
+    def argument_docs(cls, names: list[str]) -> str:
+        """The ``Args:`` entries of ``names`` in this docstring, each saying it overrides the budget config's: what a class
+        taking them as shortcuts appends to its own docstring (the CLI's --help reads descriptions from docstrings)."""
+        entries: dict[str, str] = {}
+        for line in cls.__doc__.split("Args:", 1)[1].splitlines():
+            if (match := re.match(r" {8}(\w+): (.*)", line)):
+                name, text = match.groups()
+                entries[name] = text
+            elif line.startswith(" " * 12) and entries:
+                entries[name] += " " + line.strip()
+        return "".join(f"        {name}: {entries[name]} Given, it overrides the budget config's.\n" for name in names)
 
     def asked(self) -> str:
         """The size asked for, in words."""

@@ -90,6 +90,11 @@ def test_a_trainer_counting_steps_only_gets_the_default_stages(tmp_path):
 def test_budget_options_and_direct_arguments_meet_in_one_config():
     cb = ComeraCallback(budget={"compression": 8.0, "early_epochs": 3}, early_epochs=5, loss_tolerance=0.05)
     assert cb.budget_config == BudgetConfig(compression=8.0, early_epochs=5, loss_tolerance=0.05)
+    # a length in the other unit replaces the config's (a CLI override of a bundled config's epochs)
+    cb = ComeraCallback(budget={"early_epochs": 3, "late_epochs": 2}, early_steps=2, late_steps=2)
+    assert (cb.budget_config.early_epochs, cb.budget_config.early_steps, cb.budget_config.late_epochs) == (None, 2, None)
+    with pytest.raises(ValueError, match="early_epochs=1 and early_steps=2 conflict"):
+        ComeraCallback(early_epochs=1, early_steps=2)
     with pytest.raises(ValueError, match="compression=8.0 and parameters=10"):
         BudgetConfig(compression=8.0, parameters=10)
     with pytest.raises(TypeError, match="unknown budget option"):

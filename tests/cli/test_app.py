@@ -179,13 +179,13 @@ def test_help_after_configs_shows_their_values_as_the_defaults(tmp_path: Path, c
     second.write_text("comera:\n  target_ratio: 0.41\n")
     plain = _help_defaults(["fit"], capsys)
     given = _help_defaults(["fit", "--config", str(first), "--config", str(second)], capsys)
-    assert plain["--comera.target_ratio"] == str(inspect.signature(ComeraCallback).parameters["target_ratio"].default)
+    assert plain["--comera.target_ratio"] == str(inspect.signature(ComeraCallback).parameters["target_ratio"].default).replace("None", "null")
     assert plain["--comera.tensorize.max_rank"] == str(TensorizeConfig().max_rank).replace("None", "null")
     assert given["--comera.target_ratio"] == "0.41", "the later config wins"
     assert given["--comera.tensorize.max_rank"] == "7"
     assert given["--comera.tensorize.num_cores"] == plain["--comera.tensorize.num_cores"] == str(TensorizeConfig().num_cores)
-    bundled = yaml.safe_load((ROOT / "configs" / "transformer_tiny.yaml").read_text())["comera"]
-    assert _help_defaults(["fit", "--config", "transformer_tiny"], capsys)["--comera.target_ratio"] == str(bundled["target_ratio"])
+    bundled = yaml.safe_load((ROOT / "configs" / "transformer_tiny.yaml").read_text())["comera"]["budget"]
+    assert _help_defaults(["fit", "--config", "transformer_tiny"], capsys)["--comera.budget.target_ratio"] == str(bundled["target_ratio"])
 
 
 @pytest.mark.parametrize("rule, when", [("nonexistent", "before data setup"), ("ffn_norm", "at setup")])  # ffn_norm: a LayerNorm

@@ -31,7 +31,7 @@ def test_wandb_offline_run_holds_the_nested_config_images_and_summary(tmp_path: 
     run_dir = next(tmp_path.glob("logs/wandb/offline-run-*"))
     run = read_offline_run(run_dir)
     config = run["config"]
-    assert config["comera"]["target_ratio"] == 0.3 and config["comera"]["rank_weight"] == 0.02
+    assert config["comera"]["budget"]["target_ratio"] == 0.3 and config["comera"]["rank_weight"] == 0.02
     assert config["comera"]["early_steps"] == 2 and config["comera"]["tensorize"]["max_rank"] == 16
     assert config["comera"]["early_epochs"] is None and "max_rank" in config["comera"], "unset values are recorded too"
     assert config["seed_everything"] == 0 and config["trainer"]["max_epochs"] == 1

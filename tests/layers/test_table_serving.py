@@ -85,6 +85,7 @@ def test_dead_and_pruned_ranks_serve_the_training_mode_rows():
     with torch.no_grad():
         layer.gates[0].zero_()  # a whole bond dies: every row is zero
     assert not served(layer, ids).any() and not training_rows(layer, ids).any()
+    layer.allow_rank0 = True
     prune_(layer)
     assert layer.physical_ranks[0] == 0 and not served(layer, ids).any()
 

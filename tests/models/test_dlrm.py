@@ -167,7 +167,7 @@ def test_meta_embeddings_train_once_tensorized_and_are_refused_otherwise(moviele
 def test_configs_build_a_model(name):
     config = yaml.safe_load((CONFIGS / name).read_text())
     assert {"seed_everything", "trainer", "model", "data", "comera"} <= set(config)
-    assert COMERA_KEYS <= set(config["comera"]) and TENSORIZE_KEYS <= set(config["comera"]["tensorize"])
+    assert COMERA_KEYS <= set(config["comera"]) | set(config["comera"]["budget"]) and TENSORIZE_KEYS <= set(config["comera"]["tensorize"])
     assert config["model"]["class_path"] == "comera_lightning.models.dlrm.DLRMClassifier"
     assert "CSVLogger" in config["trainer"]["logger"]["class_path"]
     init_args = {k: v for k, v in config["model"]["init_args"].items() if k != "optimizer"}
