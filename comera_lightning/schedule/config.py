@@ -40,6 +40,9 @@ BUDGET_SHRINK_SHARE = 0.5
 #: With a budget in compression or parameters, the tensorized layers start this many times larger than asked
 #: (AdaLoRA starts at 1.5x its final budget): the late stage has that much to give up where it hurts least.
 START_FACTOR = 2.0
+#: An adaptive start stays this much inside ``min_compression`` (rank caps are whole numbers: a layer right at the
+#: threshold could round under it and stay dense).
+START_MARGIN = 1.1
 
 #: ``budget``: ranks shrink to the size asked on a schedule, least important first, while quality holds;
 #: ``guarded``: the size term of the loss shrinks them while quality holds (no size is promised);
@@ -170,7 +173,7 @@ class BudgetConfig:
 
     def start_caps(self, model: nn.Module, config: TensorizeConfig) -> TensorizeConfig:
         """``config`` with its rank fractions scaled so the tensorized layers start at ``START_FACTOR`` times the size
-        asked (full rank at most): room for training to decide where the ranks go. Unchanged when the size is asked as
+        asked (full rank at most, and at most the size at which a layer still gains ``min_compression``): room for training to decide where the ranks go. Unchanged when the size is asked as
         ``target_ratio`` or ``config`` fixes ``max_rank`` (the user chose the caps)."""
         if (self.asked_compression is None and self.parameters is None) or config.max_rank is not None:
             return config
@@ -181,7 +184,10 @@ class BudgetConfig:
         if self.parameters is not None:
             self._check_parameters(rest)
         asked = dense / self.asked_compression if self.asked_compression is not None else self.parameters - rest
-        scale = (START_FACTOR if self.adapt else 1.0) * asked / planned
+        start = START_FACTOR * asked if self.adapt else asked
+        if self.adapt:  # no larger than a start every layer still gains from (a 2x budget would start dense)
+            start = min(start, dense / (config.min_compression * START_MARGIN))
+        scale = start / planned
         fractions = ("rank_fraction", "embedding_rank_fraction", "head_rank_fraction")
         # the same layers at any caps (larger caps would leave some under min_compression, and dense)
         return config.replace(target_modules=names, **{name: min(1.0, getattr(config, name) * scale) for name in fractions})

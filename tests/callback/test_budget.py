@@ -50,6 +50,13 @@ def test_a_compression_budget_starts_at_twice_the_size_asked_and_a_fixed_one_at_
     assert 1.6 < sizes[True] < 2.4 and 0.8 < sizes[False] < 1.25
 
 
+def test_a_budget_near_min_compression_starts_where_every_layer_still_gains(tmp_path):
+    model, cb, _ = fit(tmp_path, BudgetConfig(compression=2.0))  # twice the size asked would be dense
+    stats = compression_stats(model)
+    assert len(tt_layers(model)) == len(cb.tensorize_config.target_modules)
+    assert abs(stats.dense_tt_parameters / stats.tt_parameters / 2.0 - 1) < 0.1
+
+
 def test_the_least_important_ranks_go_and_no_bond_dies(tmp_path):
     model, cb, _ = fit(tmp_path, BudgetConfig(compression=200.0))
     assert all(rank >= 1 for _, layer in tt_layers(model) for rank in layer.ranks)

@@ -25,8 +25,8 @@ def assert_pruned_without_diverging(tracker, at_least=0.3):
 
 # sgd: lr·10 = 0.05, momentum 0.9. Its loss swings by more than loss_tolerance from epoch to epoch, so the guarded
 # late stage keeps its ranks (and ends below its switch-time loss); the paper's late stage prunes whatever the loss.
-# adamw: the cores' steps are scaled by core_step_scale=6, and they grow back what the gates give up: the guarded
-# stage removes 3 % here (9 % with core_step_scale=4, over 30 % with 1); gates left in the module's AdamW removed 0 %.
+# adamw: the cores grow back what the gates give up: the guarded stage removes little here (3 % when every core's step
+# was stretched 6x, 9 % at 4x, over 30 % at 1x); gates left in the module's AdamW removed 0 %.
 @pytest.mark.parametrize("optimizer, lr, late_objective, at_least",
                          [("adamw", 1e-3, "guarded", 0.02), ("sgd", 0.005, "paper", 0.3), ("sgd", 0.005, "guarded", 0.0)])
 def test_defaults_prune_a_plain_module_with_one_optimizer_and_a_cosine_schedule(optimizer, lr, late_objective, at_least):
