@@ -33,7 +33,7 @@ TEST_WORKERS ?= auto
 PARALLEL = -n $(TEST_WORKERS) --dist loadscope
 
 test: setup
-	WANDB_MODE=$${WANDB_MODE:-disabled} $(PY) -m pytest -q $(PARALLEL)
+	WANDB_MODE=$${WANDB_MODE:-disabled} $(PY) -m pytest -q $(PARALLEL) --durations=10
 
 # The slow suite (the other variants of each multi-process family, the zoo's compiles, README commands): the wheel is test-wheel's.
 test-slow: setup
