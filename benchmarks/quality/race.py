@@ -99,21 +99,17 @@ def _ready(data: Any) -> Any:
     return data
 
 
-def comera_callback(settings: RaceSettings, per_epoch: int, epochs: int) -> Any:
+def comera_callback(settings: RaceSettings) -> Any:
     """``ComeraCallback()`` with its defaults, plus the race's ``--comera`` / ``--tensorize`` overrides.
 
-    In one pass over the data (``settings.one_pass``: no epochs to count) the defaults' schedule is given in steps:
-    the early stage two thirds of the ``epochs`` validation intervals of ``per_epoch`` steps, a prune after each.
+    In one pass over the data (``settings.one_pass``: no epochs to count) the defaults take their schedule from the
+    Trainer's ``max_steps`` (the early stage two thirds of it, the budget's prunes over the late stage's first half).
     """
     from comera_lightning import ComeraCallback, TensorizeConfig
 
     options = dict(settings.comera)
     if settings.tensorize:
         options["tensorize"] = TensorizeConfig(**settings.tensorize)
-    if settings.one_pass and not {"early_epochs", "early_steps"} & set(options):
-        options["early_steps"] = max(1, round(2 * epochs / 3)) * per_epoch
-    if settings.one_pass and not {"prune_every_n_epochs", "prune_every_n_steps"} & set(options):
-        options["prune_every_n_steps"] = per_epoch
     return ComeraCallback(**options)
 
 
@@ -138,7 +134,7 @@ def fit(system: str, spec: ModelSpec, settings: RaceSettings, data: Any, *, lr: 
     module = CausalLM(spec, data.vocab_size, settings.block_size, lr=lr, weight_decay=settings.weight_decay,
                       warmup=settings.warmup, min_lr=settings.min_lr, **module_options)
     curve = Curve(module.measure_step)
-    callbacks = [curve, comera_callback(settings, steps // epochs, epochs)] if system == "comera" else [curve]
+    callbacks = [curve, comera_callback(settings)] if system == "comera" else [curve]
     trainer = _trainer(settings, steps // epochs, epochs, callbacks)
     started = time.perf_counter()
     trainer.fit(module, datamodule=data)

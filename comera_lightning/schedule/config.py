@@ -173,8 +173,9 @@ class BudgetConfig:
 
     def start_caps(self, model: nn.Module, config: TensorizeConfig) -> TensorizeConfig:
         """``config`` with its rank fractions scaled so the tensorized layers start at ``START_FACTOR`` times the size
-        asked (full rank at most, and at most the size at which a layer still gains ``min_compression``): room for training to decide where the ranks go. Unchanged when the size is asked as
-        ``target_ratio`` or ``config`` fixes ``max_rank`` (the user chose the caps)."""
+        asked (full rank at most, and no larger than every layer still gaining ``min_compression`` at): room for
+        training to decide where the ranks go. Unchanged when the size is asked as ``target_ratio`` or ``config``
+        fixes ``max_rank`` (the user chose the caps)."""
         if (self.asked_compression is None and self.parameters is None) or config.max_rank is not None:
             return config
         names, dense, planned = planned_sizes(model, config)
@@ -184,9 +185,7 @@ class BudgetConfig:
         if self.parameters is not None:
             self._check_parameters(rest)
         asked = dense / self.asked_compression if self.asked_compression is not None else self.parameters - rest
-        start = START_FACTOR * asked if self.adapt else asked
-        if self.adapt:  # no larger than a start every layer still gains from (a 2x budget would start dense)
-            start = min(start, dense / (config.min_compression * START_MARGIN))
+        start = min(START_FACTOR * asked, dense / (config.min_compression * START_MARGIN)) if self.adapt else asked
         scale = start / planned
         fractions = ("rank_fraction", "embedding_rank_fraction", "head_rank_fraction")
         # the same layers at any caps (larger caps would leave some under min_compression, and dense)

@@ -118,13 +118,12 @@ def test_the_best_lr_is_the_lowest_finite_loss():
         settings.settings_of(race.parse_args(["--lrs", "fast"]))
 
 
-def test_one_pass_gives_comera_the_default_schedule_in_steps():
-    callback = race.comera_callback(settings.RaceSettings(one_pass=True), per_epoch=100, epochs=10)
-    assert (callback.schedule.early_steps, callback.schedule.prune_every_n_steps) == (700, 100)
-    own = race.comera_callback(settings.RaceSettings(one_pass=True, comera={"early_epochs": 3}), per_epoch=100, epochs=10)
-    assert (own.schedule.early_epochs, own.schedule.early_steps, own.schedule.prune_every_n_steps) == (3, None, 100)
-    epochs = race.comera_callback(settings.RaceSettings(), per_epoch=100, epochs=10)
-    assert (epochs.schedule.early_steps, epochs.schedule.prune_every_n_steps) == (None, None)
+def test_one_pass_leaves_comera_the_schedule_its_defaults_take_from_max_steps():
+    callback = race.comera_callback(settings.RaceSettings(one_pass=True))
+    schedule = callback.schedule  # no stage lengths or interval given: the budget's prunes, planned from max_steps
+    assert (schedule.early_epochs, schedule.early_steps, schedule.interval_given) == (None, None, False)
+    own = race.comera_callback(settings.RaceSettings(one_pass=True, comera={"early_epochs": 3, "prune_every_n_steps": 50}))
+    assert (own.schedule.early_epochs, own.schedule.prune_every_n_steps) == (3, 50)
 
 
 def test_validation_files_need_training_files_and_a_step_counts_its_accumulated_batches():
