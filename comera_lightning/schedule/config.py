@@ -40,9 +40,10 @@ BUDGET_SHRINK_SHARE = 0.5
 #: With a budget in compression or parameters, the tensorized layers start this many times larger than asked
 #: (AdaLoRA starts at 1.5x its final budget): the late stage has that much to give up where it hurts least.
 START_FACTOR = 2.0
-#: An adaptive start stays this much inside ``min_compression`` (rank caps are whole numbers: a layer right at the
-#: threshold could round under it and stay dense).
-START_MARGIN = 1.1
+#: An adaptive start at which some kind of layer would not gain ``min_compression`` (and stay dense) lowers that
+#: kind's rank cap by this factor, at most ``START_TRIES`` times.
+START_BACKOFF = 0.9
+START_TRIES = 20
 
 #: ``budget``: ranks shrink to the size asked on a schedule, least important first, while quality holds;
 #: ``guarded``: the size term of the loss shrinks them while quality holds (no size is promised);
@@ -173,7 +174,7 @@ class BudgetConfig:
 
     def start_caps(self, model: nn.Module, config: TensorizeConfig) -> TensorizeConfig:
         """``config`` with its rank fractions scaled so the tensorized layers start at ``START_FACTOR`` times the size
-        asked (full rank at most, and no larger than every layer still gaining ``min_compression`` at): room for
+        asked (full rank at most, and low enough that every layer still gains ``min_compression``): room for
         training to decide where the ranks go. Unchanged when the size is asked as ``target_ratio`` or ``config``
         fixes ``max_rank`` (the user chose the caps)."""
         if (self.asked_compression is None and self.parameters is None) or config.max_rank is not None:
@@ -185,11 +186,17 @@ class BudgetConfig:
         if self.parameters is not None:
             self._check_parameters(rest)
         asked = dense / self.asked_compression if self.asked_compression is not None else self.parameters - rest
-        start = min(START_FACTOR * asked, dense / (config.min_compression * START_MARGIN)) if self.adapt else asked
+        start = min(START_FACTOR * asked, dense / config.min_compression) if self.adapt else asked
         scale = start / planned
         fractions = ("rank_fraction", "embedding_rank_fraction", "head_rank_fraction")
-        # the same layers at any caps (larger caps would leave some under min_compression, and dense)
-        return config.replace(target_modules=names, **{name: min(1.0, getattr(config, name) * scale) for name in fractions})
+        caps = config.replace(target_modules=names, **{name: min(1.0, getattr(config, name) * scale) for name in fractions})
+        for _ in range(START_TRIES if self.adapt else 0):  # the same layers at any caps: where a kind of layer would
+            # not gain min_compression at its start (a small head at a large rank), that kind's cap alone is lowered
+            if len(planned_sizes(model, caps)[0]) == len(names):
+                break
+            lowered = [caps.replace(**{name: getattr(caps, name) * START_BACKOFF}) for name in fractions]
+            caps = min(lowered, key=lambda c: (-len(planned_sizes(model, c)[0]), -planned_sizes(model, c)[2]))
+        return caps
 
     def _check_parameters(self, fixed: int) -> None:
         """A parameter budget no larger than what the ranks cannot cut is refused, naming both."""
