@@ -10,6 +10,7 @@ stage's objective (docs/METHOD.md §2); :class:`~comera_lightning.schedule.LossT
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Mapping
 from typing import Any, Literal
@@ -256,9 +257,13 @@ def _tensorize_module(pl_module: pl.LightningModule, config: TensorizeConfig, ob
         layer.allow_rank0 = budget.allow_rank0
     objective.bind(layers)
     budget.end_size(0.0, compression_stats(pl_module), beside_cores(layers))  # a budget out of reach fails now
-    objective.end_size = lambda size: budget.end_size(size, compression_stats(pl_module), beside_cores(layers))
+    objective.end_size = functools.partial(_budget_end_size, budget, pl_module, layers)  # picklable (ddp_spawn)
     install_checkpoint_loading(type(pl_module))
     return config
+
+
+def _budget_end_size(budget: BudgetConfig, pl_module: pl.LightningModule, layers: list, size_at_switch: float) -> float:
+    return budget.end_size(size_at_switch, compression_stats(pl_module), beside_cores(layers))
 
 
 _SHORTCUTS = [name for name in BudgetConfig.option_names() if f"        {name}: " not in ComeraCallback.__doc__]

@@ -57,7 +57,7 @@ class ComeraObjective:
         if late not in LATE_OBJECTIVES:
             raise ValueError(f"late_objective={late!r} is unknown; choose one of {LATE_OBJECTIVES}.")
         self.late, self.guard = late, QualityGuard(loss_tolerance)
-        self.end_size = end_size or (lambda size: self.target_ratio * size)  # S₀ from the size at the switch
+        self.end_size = end_size or self._ratio_of_switch_size  # S₀ from the size at the switch (picklable: ddp_spawn)
         self.target_ratio, self.rank_weight = float(target_ratio), float(rank_weight)
         self.loss_weight, self.size_weight, self.surrogate = float(loss_weight), float(size_weight), surrogate
         self.size_at_switch: float | None = None
@@ -67,6 +67,9 @@ class ComeraObjective:
         self.layers: list[TTModule] = []
         self.last: dict[str, torch.Tensor] = {}
         self._kept: dict[str, torch.Tensor] = {}
+
+    def _ratio_of_switch_size(self, size: float) -> float:
+        return self.target_ratio * size
 
     def bind(self, layers: Sequence[TTModule]) -> None:
         """Work on these TT layers; the surrogate's denominator is fixed the first time (pruning must not make R jump)."""
