@@ -75,5 +75,5 @@ def test_wheel_in_a_fresh_venv_runs_the_tiny_config_outside_the_checkout(tmp_pat
               "import json, sys; from comera_lightning.cli.wandb_offline import read_offline_run; "
               "print(json.dumps(read_offline_run(sys.argv[1])['config']))", str(next(work.glob("logs/wandb/offline-run-*")))]
     config = json.loads(_run(reader, work, env).stdout)
-    assert config["comera"]["target_ratio"] == 0.3 and config["comera"]["early_steps"] == 2
+    assert config["comera"]["budget"]["target_ratio"] == 0.3 and config["comera"]["early_steps"] == 2
     assert config["seed_everything"] == 0 and config["trainer"]["max_epochs"] == 1
