@@ -195,7 +195,7 @@ class BudgetConfig:
             if len(planned_sizes(model, caps)[0]) == len(names):
                 break
             lowered = [caps.replace(**{name: getattr(caps, name) * START_BACKOFF}) for name in fractions]
-            caps = min(lowered, key=lambda c: (-len(planned_sizes(model, c)[0]), -planned_sizes(model, c)[2]))
+            caps = min(lowered, key=lambda c: _fewest_lost_then_largest(planned_sizes(model, c)))
         return caps
 
     def _check_parameters(self, fixed: int) -> None:
@@ -224,3 +224,9 @@ class BudgetConfig:
         if self.parameters is not None:
             return f"parameters={self.parameters:,} in the whole model"
         return f"target_ratio={self.target_ratio:g} of the tensorized layers' size at the switch"
+
+
+def _fewest_lost_then_largest(plan: tuple[list[str], int, int]) -> tuple[int, int]:
+    """Order ``planned_sizes`` results: the most layers kept first, then the largest start."""
+    names, _, planned = plan
+    return -len(names), -planned

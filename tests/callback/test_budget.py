@@ -116,3 +116,18 @@ def test_a_budget_run_resumes_with_its_importance(tmp_path):
     again = ComeraCallback(budget=BudgetConfig(compression=12.0), early_epochs=2)
     again.load_state_dict(state)
     assert again.schedule.last_late_prune_step == cb.schedule.last_late_prune_step
+
+
+def test_an_adaptive_start_lowers_only_the_cap_of_the_kind_of_layer_that_would_stay_dense():
+    import transformers
+    from comera_lightning import TensorizeConfig
+    from comera_lightning.tensorize import planned_sizes
+
+    config = transformers.LlamaConfig(vocab_size=261, hidden_size=48, intermediate_size=128, num_hidden_layers=2,
+                                      num_attention_heads=2, num_key_value_heads=2)
+    model = transformers.LlamaForCausalLM(config)  # a byte-level LM: its 48x261 head gains little from TT
+    names, dense, _ = planned_sizes(model, TensorizeConfig())
+    caps = BudgetConfig(compression=2.0).start_caps(model, TensorizeConfig())
+    kept, _, start = planned_sizes(model, caps)
+    assert kept == names, "every layer the default caps tensorize is still tensorized at the start"
+    assert 1.5 <= dense / start < 1.9, "as near twice the size asked (1x) as min_compression allows"
