@@ -26,7 +26,8 @@ from comera_lightning.callback.hooks import non_finite_error, replace_loss, unwr
 from comera_lightning.callback.metrics import compression_metrics
 from comera_lightning.callback.trainer import check_supported, logs_this_step, syncs_forbidden, use_atomic_checkpoints
 from comera_lightning.checkpoint import install_checkpoint_loading
-from comera_lightning.checkpoint.resume import ResumeState, capture_rng_state, missed_epoch_end, run_missed_validation
+from comera_lightning.checkpoint.resume import (ResumeState, capture_rng_state, missed_epoch_end, repair_skipped_epoch_start,
+                                                run_missed_validation)
 from comera_lightning.checkpoint.settings import callback_settings, warn_changed_settings
 from comera_lightning.data.resumable import record_consumed_batches
 from comera_lightning.optim.core_steps import DEFAULT_CORE_STEP_SCALE, CoreStepScale, CoreStepScaleArg
@@ -98,8 +99,7 @@ class ComeraCallback(Callback):
         given = {k: v for k, v in locals().items() if k in BudgetConfig.option_names()}
         self.budget_config = b = _budget_config(budget, given)
         self.schedule = StageSchedule(b.early_epochs, b.early_steps, b.late_epochs, b.late_steps, b.prune_every_n_epochs, b.prune_every_n_steps)
-        self.stage_objective = ComeraObjective(b.target_ratio or 1.0, b.rank_weight, b.loss_weight, b.size_weight, b.size_surrogate,
-                                               b.late_objective, b.loss_tolerance)
+        self.stage_objective = _stage_objective(b)
         self.loss_target = LossTarget(b.loss_target, b.loss_target_metric)
         self.gate_optimizer = GateOptimizer(b.gate_lr, follow_schedule=b.late_objective != "paper")
         self.core_steps = CoreStepScale(core_step_scale)
@@ -156,6 +156,8 @@ class ComeraCallback(Callback):
     @override
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int) -> None:
         """The first batch after a resume draws the random numbers the interrupted run would have drawn."""
+        if repair_skipped_epoch_start(trainer):  # a resume at an epoch's last batch skipped this epoch's start
+            self.on_train_epoch_start(trainer, pl_module)
         self._resume.before_first_batch()
 
     @override
@@ -176,7 +178,6 @@ class ComeraCallback(Callback):
         unwrap_methods(pl_module)
         self._resume = ResumeState()
 
-    # ------------------------------------------------------------------ objective
     def objective(self, task_loss: torch.Tensor) -> torch.Tensor:
         """The current stage's training objective for a task loss ``L`` (docs/METHOD.md §2)."""
         if self.check_finite_loss and not syncs_forbidden() and not bool(torch.isfinite(task_loss.detach()).all()):
@@ -269,6 +270,11 @@ def _budget_end_size(budget: BudgetConfig, pl_module: pl.LightningModule, layers
 _SHORTCUTS = [name for name in BudgetConfig.option_names() if f"        {name}: " not in ComeraCallback.__doc__]
 ComeraCallback.__doc__ = ComeraCallback.__doc__.rstrip() + "\n" + BudgetConfig.argument_docs(
     [name for name in inspect.signature(ComeraCallback).parameters if name in _SHORTCUTS])
+
+
+def _stage_objective(b: BudgetConfig) -> ComeraObjective:
+    return ComeraObjective(b.target_ratio or 1.0, b.rank_weight, b.loss_weight, b.size_weight, b.size_surrogate,
+                           b.late_objective, b.loss_tolerance)
 
 
 def _budget_config(config: BudgetConfig | Mapping[str, Any] | None, given: dict[str, Any]) -> BudgetConfig:

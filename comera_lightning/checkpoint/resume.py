@@ -68,6 +68,22 @@ def run_missed_validation(trainer: pl.Trainer, epoch: int) -> bool:
     return True
 
 
+def repair_skipped_epoch_start(trainer: pl.Trainer) -> bool:
+    """Count the start of the running epoch where Lightning skipped it; True when it did.
+
+    Resumed from a checkpoint saved at an epoch's last batch, Lightning (2.6) starts the next epoch without its
+    ``on_train_epoch_start`` hooks or its started count, so a checkpoint saved in that epoch reads as one not yet
+    begun and a resume from it replays the epoch from its first batch. Called on each training batch: within an
+    epoch Lightning counts one more epoch started than completed, except after that skip.
+    """
+    progress = trainer.fit_loop.epoch_progress
+    if progress.total.started != progress.total.completed:
+        return False
+    progress.increment_ready()
+    progress.increment_started()
+    return True
+
+
 class ResumeState:
     """A checkpoint's RNG states and L₀ running mean, held from ``load_state_dict`` until training starts.
 

@@ -61,6 +61,22 @@ def test_resume_at_any_step_equals_the_uninterrupted_run(straight, step):
         torch.testing.assert_close(b, a, rtol=0, atol=1e-5, msg=name)
 
 
+def test_a_second_resume_after_one_at_an_epochs_last_batch_equals_the_uninterrupted_run(straight):
+    """Resumed at step 48 (an epoch's last batch), Lightning skips the next epoch's start; the run's own checkpoint at
+    step 56 must still read as mid-epoch, so that resuming from it does not replay the epoch."""
+    schedule, tmp_path, (model, cb, order, _) = straight
+    first = next((tmp_path / "every8").glob("*-step=48.ckpt"))
+    _, _, _, resumed = _run(tmp_path / "from48", schedule, ckpt_path=first, save=True)
+    progress = resumed.fit_loop.epoch_progress.total
+    assert progress.started == progress.completed + 1 or progress.completed == resumed.max_epochs
+    second = next((tmp_path / "from48" / "every8").glob("*-step=56.ckpt"))
+    again, cb_again, again_order, _ = _run(tmp_path / "from56", schedule, ckpt_path=second)
+    assert again_order == {s: v for s, v in order.items() if s >= 56}, "data order after the second resume"
+    assert cb_again.prune_events == cb.prune_events
+    for (name, a), b in zip(model.state_dict().items(), again.state_dict().values()):
+        torch.testing.assert_close(b, a, rtol=0, atol=1e-5, msg=name)
+
+
 def test_a_missed_epoch_end_replays_its_validation(tmp_path):
     """Lightning skips the validation of an epoch whose last batch wrote the checkpoint; the callback runs it."""
     _, _, _, t = _run(tmp_path, EPOCH_BASED, save=True, max_epochs=2)
