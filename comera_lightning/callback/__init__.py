@@ -26,8 +26,7 @@ from comera_lightning.callback.hooks import non_finite_error, replace_loss, unwr
 from comera_lightning.callback.metrics import compression_metrics
 from comera_lightning.callback.trainer import check_supported, logs_this_step, syncs_forbidden, use_atomic_checkpoints
 from comera_lightning.checkpoint import install_checkpoint_loading
-from comera_lightning.checkpoint.resume import (ResumeState, capture_rng_state, missed_epoch_end, repair_skipped_epoch_start,
-                                                run_missed_validation)
+from comera_lightning.checkpoint.resume import ResumeState, capture_rng_state, missed_epoch_end, run_missed_validation
 from comera_lightning.checkpoint.settings import callback_settings, warn_changed_settings
 from comera_lightning.data.resumable import record_consumed_batches
 from comera_lightning.optim.core_steps import DEFAULT_CORE_STEP_SCALE, CoreStepScale, CoreStepScaleArg
@@ -156,9 +155,7 @@ class ComeraCallback(Callback):
     @override
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int) -> None:
         """The first batch after a resume draws the random numbers the interrupted run would have drawn."""
-        if repair_skipped_epoch_start(trainer):  # a resume at an epoch's last batch skipped this epoch's start
-            self.on_train_epoch_start(trainer, pl_module)
-        self._resume.before_first_batch()
+        self._resume.before_first_batch(trainer)
 
     @override
     def on_before_zero_grad(self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: torch.optim.Optimizer) -> None:

@@ -72,9 +72,9 @@ def repair_skipped_epoch_start(trainer: pl.Trainer) -> bool:
     """Count the start of the running epoch where Lightning skipped it; True when it did.
 
     Resumed from a checkpoint saved at an epoch's last batch, Lightning (2.6) starts the next epoch without its
-    ``on_train_epoch_start`` hooks or its started count, so a checkpoint saved in that epoch reads as one not yet
-    begun and a resume from it replays the epoch from its first batch. Called on each training batch: within an
-    epoch Lightning counts one more epoch started than completed, except after that skip.
+    ``on_train_epoch_start`` hooks or its started count (the callback runs its own hook with the missed epoch end),
+    so a checkpoint saved in that epoch would read as one not yet begun and a resume from it would replay the epoch.
+    Within an epoch Lightning counts one more epoch started than completed, except after that skip.
     """
     progress = trainer.fit_loop.epoch_progress
     if progress.total.started != progress.total.completed:
@@ -111,8 +111,10 @@ class ResumeState:
         """Keep the generators' states as they are now, for ``before_first_batch``."""
         self.rng_for_first_batch = capture_rng_state()
 
-    def before_first_batch(self) -> None:
-        """The first batch after a resume draws the random numbers the interrupted run would have drawn."""
+    def before_first_batch(self, trainer: pl.Trainer) -> None:
+        """The first batch after a resume draws the random numbers the interrupted run would have drawn, and counts
+        the epoch start Lightning may have skipped (``repair_skipped_epoch_start``)."""
         if self.rng_for_first_batch is not None:
             restore_rng_state(self.rng_for_first_batch)
             self.rng_for_first_batch = None
+            repair_skipped_epoch_start(trainer)
