@@ -3,7 +3,8 @@
 The Triton kernels of the two-factor lookup equal the torch path (``reference.py``): values and factor gradients,
 several shapes (odd sizes, ``tl.dot`` blocks, more ranks than one block), weighted and mean bags, empty bags, dead
 ranks, half precision, inside a torch.compile graph; and the layers take them (CPU tensors take them only under the
-interpreter). Triton reads the variable when ``triton.language`` is imported, hence the fresh process.
+interpreter). Triton reads the variable when ``triton.language`` is imported, hence the fresh process. With
+``COMERA_KERNELS_DEVICE=cuda`` every tensor is made on the GPU and the kernels run compiled.
 """
 
 import os
@@ -13,8 +14,13 @@ import torch
 
 from comera_lightning.layers.kernels import bags_reference, rows_reference, two_factor_bags, two_factor_rows
 
-if os.environ.get("TRITON_INTERPRET") != "1":
-    pytest.skip("run under TRITON_INTERPRET=1 by tests/layers/kernels/test_triton_bags.py", allow_module_level=True)
+#: ``COMERA_KERNELS_DEVICE=cuda``: the same tests on a GPU, the kernels compiled by Triton (``make test-gpu``).
+ON_CUDA = os.environ.get("COMERA_KERNELS_DEVICE") == "cuda"
+if os.environ.get("TRITON_INTERPRET") != "1" and not ON_CUDA:
+    pytest.skip("run under TRITON_INTERPRET=1 (or COMERA_KERNELS_DEVICE=cuda) by tests/layers/kernels/test_triton_bags.py",
+                allow_module_level=True)
+if ON_CUDA:
+    torch.set_default_device("cuda")
 
 #: (N_L, M_L, r, N_R, M_R): odd sizes (masked blocks), 8x8 at rank 32 (the 1Mx64 table's slices), tl.dot's blocks,
 #: a rank of several blocks (16 x 128 x 16 holds more than one tile), a rank of 1.
