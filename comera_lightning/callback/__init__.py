@@ -33,7 +33,7 @@ from comera_lightning.optim.core_steps import DEFAULT_CORE_STEP_SCALE, CoreStepS
 from comera_lightning.optim.gates import GateOptimizer
 from comera_lightning.rank import beside_cores, compression_stats, tt_layers
 from comera_lightning.schedule import BudgetConfig, ComeraObjective, LossTarget, StageSchedule
-from comera_lightning.tensorize import tensorize
+from comera_lightning.tensorize import skipped_layers, tensorize
 from comera_lightning.tensorize.config import TensorizeConfig
 
 __all__ = ["ComeraCallback"]
@@ -246,8 +246,11 @@ def _tensorize_module(pl_module: pl.LightningModule, config: TensorizeConfig, ob
                       budget: BudgetConfig) -> TensorizeConfig:
     """Swap the module's layers for tensor trains, say what changed, bind the objective and the budget to them, load
     checkpoints into them; the config used (its caps scaled to the budget: ``BudgetConfig.start_caps``)."""
-    config = budget.start_caps(pl_module, config)
-    report = tensorize(pl_module, config)
+    caps = budget.start_caps(pl_module, config)
+    # start_caps pins target_modules to the layers the user's config takes: the report still says why the others stay dense
+    skipped = skipped_layers(pl_module, config) if caps.target_modules != config.target_modules else []
+    report = tensorize(pl_module, caps)
+    report.skipped = [*skipped, *(entry for entry in report.skipped if entry[0] not in dict(skipped))]
     if report.swapped:
         rank_zero_info(str(report))
     layers = [m for _, m in tt_layers(pl_module)]
@@ -257,7 +260,7 @@ def _tensorize_module(pl_module: pl.LightningModule, config: TensorizeConfig, ob
     budget.end_size(0.0, compression_stats(pl_module), beside_cores(layers))  # a budget out of reach fails now
     objective.end_size = functools.partial(_budget_end_size, budget, pl_module, layers)  # picklable (ddp_spawn)
     install_checkpoint_loading(type(pl_module))
-    return config
+    return caps
 
 
 def _budget_end_size(budget: BudgetConfig, pl_module: pl.LightningModule, layers: list, size_at_switch: float) -> float:

@@ -33,7 +33,7 @@ from comera_lightning.tensorize.rules import Rule, RuleMatchError, unmatched_err
 
 __all__ = [
     "tensorize", "to_dense", "check_rules", "tensorizable_names", "TensorizeConfig", "TensorizeReport", "SwapRecord", "ModuleRules",
-    "INIT_CHOICES", "RuleMatchError", "planned_sizes",
+    "INIT_CHOICES", "RuleMatchError", "planned_sizes", "skipped_layers",
 ]
 
 #: A module of an unhandled type with a weight of at least this many entries is reported as skipped.
@@ -189,10 +189,20 @@ def tensorizable_names(model: nn.Module) -> list[str]:
 def planned_sizes(model: nn.Module, config: TensorizeConfig) -> tuple[list[str], int, int]:
     """The layers ``tensorize(model, config)`` would swap, their dense parameters and their tensorized ones; nothing is
     swapped."""
-    scan = _ModelScan.of(model)
-    swaps = _plan(model, config, scan, Rule("target_modules", config.target_modules),
-                  Rule("exclude_modules", config.exclude_modules), TensorizeReport(model_parameters_before=0))
+    swaps, _ = _dry_run(model, config)
     return [r.name for _, _, r in swaps], sum(r.dense_parameters for _, _, r in swaps), sum(r.tt_parameters for _, _, r in swaps)
+
+
+def skipped_layers(model: nn.Module, config: TensorizeConfig) -> list[tuple[str, str]]:
+    """The layers ``tensorize(model, config)`` would leave dense, each with why; nothing is swapped."""
+    return _dry_run(model, config)[1].skipped
+
+
+def _dry_run(model: nn.Module, config: TensorizeConfig) -> tuple[list[tuple[nn.Module, TensorizedModule, SwapRecord]], TensorizeReport]:
+    report = TensorizeReport(model_parameters_before=0)
+    swaps = _plan(model, config, _ModelScan.of(model), Rule("target_modules", config.target_modules),
+                  Rule("exclude_modules", config.exclude_modules), report)
+    return swaps, report
 
 
 def to_dense(model: nn.Module) -> list[str]:

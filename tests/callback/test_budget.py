@@ -131,3 +131,11 @@ def test_an_adaptive_start_lowers_only_the_cap_of_the_kind_of_layer_that_would_s
     kept, _, start = planned_sizes(model, caps)
     assert kept == names, "every layer the default caps tensorize is still tensorized at the start"
     assert 1.5 <= dense / start < 1.9, "as near twice the size asked (1x) as min_compression allows"
+
+
+def test_the_report_still_says_why_layers_stay_dense_when_the_budget_pins_the_layers(tmp_path, caplog):
+    """The budget's start caps name the layers to tensorize; the report keeps the default rules' reasons for the rest."""
+    caplog.set_level("INFO")
+    model, cb, _ = fit(tmp_path, BudgetConfig(), epochs=1)
+    assert cb.tensorize_config.target_modules == ["encoder.0", "encoder.2"]
+    assert "1 skipped" in caplog.text and "- head" in caplog.text and "a classifier stays dense" in caplog.text
