@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help=f"{QUICK_MODELS}, budgets 4,8, {QUICK['steps']} steps, small data")
     for name, kind in (("steps", int), ("epochs", int), ("batch_size", int), ("block_size", int), ("vocab_size", int),
                        ("max_bytes", int), ("val_batches", int), ("lr", float), ("tokens_per_param", float),
-                       ("warmup", float), ("min_lr", float), ("weight_decay", float)):
+                       ("warmup", float), ("min_lr", float), ("weight_decay", float), ("narrow_multiple", int)):
         parser.add_argument(f"--{name.replace('_', '-')}", type=kind, default=None)
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
