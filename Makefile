@@ -39,7 +39,7 @@ test: setup
 test-slow: setup
 	WANDB_MODE=$${WANDB_MODE:-disabled} $(PY) -m pytest -q -m slow $(PARALLEL) --ignore=tests/test_wheel_install.py
 
-# On a CUDA machine (never run yet: see docs/CUDA_GRAPHS.md): the GPU tests, then the GPU benchmarks.
+# On a CUDA machine (run on an H200 on 2026-11-26 and 2026-11-28: docs/CUDA_GRAPHS.md): the GPU tests, then the GPU benchmarks.
 test-gpu: setup
 	$(PY) -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 'make test-gpu: torch sees no CUDA device')"
 	WANDB_MODE=$${WANDB_MODE:-disabled} $(PY) -m pytest -q -m gpu
