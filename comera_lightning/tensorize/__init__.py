@@ -194,8 +194,11 @@ def planned_sizes(model: nn.Module, config: TensorizeConfig) -> tuple[list[str],
 
 
 def skipped_layers(model: nn.Module, config: TensorizeConfig) -> list[tuple[str, str]]:
-    """The layers ``tensorize(model, config)`` would leave dense, each with why; nothing is swapped."""
-    return _dry_run(model, config)[1].skipped
+    """The layers ``tensorize(model, config)`` would leave dense, each with why; nothing is swapped, and the random
+    streams are left as they were (the layers it builds to decide draw their initial cores)."""
+    devices = list(range(torch.cuda.device_count())) if torch.cuda.is_initialized() else []
+    with torch.random.fork_rng(devices=devices):
+        return _dry_run(model, config)[1].skipped
 
 
 def _dry_run(model: nn.Module, config: TensorizeConfig) -> tuple[list[tuple[nn.Module, TensorizedModule, SwapRecord]], TensorizeReport]:

@@ -139,3 +139,16 @@ def test_the_report_still_says_why_layers_stay_dense_when_the_budget_pins_the_la
     model, cb, _ = fit(tmp_path, BudgetConfig(), epochs=1)
     assert cb.tensorize_config.target_modules == ["encoder.0", "encoder.2"]
     assert "1 skipped" in caplog.text and "- head" in caplog.text and "a classifier stays dense" in caplog.text
+
+
+def test_listing_the_skipped_layers_draws_no_random_numbers():
+    """A seeded run tensorizes the same cores whether or not the report lists the layers a budget leaves out."""
+    from comera_lightning import TensorizeConfig
+    from comera_lightning.tensorize import skipped_layers
+
+    torch.manual_seed(0)
+    skipped_layers(PlainClassifier(), TensorizeConfig())
+    after = torch.rand(1)
+    torch.manual_seed(0)
+    PlainClassifier()
+    assert torch.equal(after, torch.rand(1))
