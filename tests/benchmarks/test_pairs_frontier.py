@@ -1,0 +1,17 @@
+"""benchmarks/quality/pairs_frontier: one budget end to end on a few batches of the clothing-review pairs."""
+
+import json
+
+from benchmarks.quality import pairs_frontier
+
+
+def test_one_budget_runs_adaptive_fixed_and_narrow_beside_dense(tmp_path):
+    out = tmp_path / "pairs.json"
+    result = pairs_frontier.main(["--budgets", "4", "--epochs", "2", "--limit-batches", "2", "--out", str(out)])
+    assert json.loads(out.read_text()) == result
+    runs = result["budgets"]["4"]
+    assert set(runs) == {"comera", "fixed", "narrow"}
+    assert runs["narrow"]["d_model"] % pairs_frontier.MODEL["num_heads"] == 0
+    assert runs["narrow"]["d_model"] < pairs_frontier.MODEL["d_model"]
+    assert all(run["parameters"] < result["dense"]["parameters"] for run in runs.values())
+    assert "--out" not in result["command"], "no local path in the JSON"
