@@ -127,8 +127,11 @@ class StageEvents:
         """At the end of training: the size reached against the budget's, in one line (None without a budget's late stage)."""
         if self.objective.late != "budget" or self.objective.size_target is None:
             return None
-        reached, asked = float(active_size([layer for _, layer in tt_layers(pl_module)])), self.objective.size_target
+        reached = float(active_size([layer for _, layer in tt_layers(pl_module)]))
+        asked = self.objective.size_asked or self.objective.size_target  # a checkpoint from before size_asked: the target
         line = f"tensorized layers end at {reached:,.0f} parameters, the budget asked {asked:,.0f} ({reached / asked - 1:+.1%})"
+        if reached < asked * (1 - BUDGET_TOLERANCE):
+            return line + ": they started below it (their rank caps reach no higher: the warning at the start says why)."
         if reached <= asked * (1 + BUDGET_TOLERANCE):
             return line + "."
         if self.held_at:

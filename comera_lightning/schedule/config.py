@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Union
@@ -44,6 +45,8 @@ START_FACTOR = 2.0
 #: kind's rank cap by this factor, at most ``START_TRIES`` times.
 START_BACKOFF = 0.9
 START_TRIES = 20
+#: A start this far below the size asked is warned about (the caps reach no higher: the run cannot end at the size asked).
+START_SHORTFALL = 0.1
 
 #: ``budget``: ranks shrink to the size asked on a schedule, least important first, while quality holds;
 #: ``guarded``: the size term of the loss shrinks them while quality holds (no size is promised);
@@ -190,12 +193,20 @@ class BudgetConfig:
         scale = start / planned
         fractions = ("rank_fraction", "embedding_rank_fraction", "head_rank_fraction")
         caps = config.replace(target_modules=names, **{name: min(1.0, getattr(config, name) * scale) for name in fractions})
-        for _ in range(START_TRIES if self.adapt else 0):  # the same layers at any caps: where a kind of layer would
-            # not gain min_compression at its start (a small head at a large rank), that kind's cap alone is lowered
+        for _ in range(START_TRIES):  # the same layers at any caps: where a kind of layer would not gain
+            # min_compression at its start (a small head at a large rank), that kind's cap alone is lowered
             if len(planned_sizes(model, caps)[0]) == len(names):
                 break
             lowered = [caps.replace(**{name: getattr(caps, name) * START_BACKOFF}) for name in fractions]
             caps = min(lowered, key=lambda c: _fewest_lost_then_largest(planned_sizes(model, c)))
+        reached = planned_sizes(model, caps)[2]
+        if reached < (1 - START_SHORTFALL) * asked:
+            what = f"compression={self.asked_compression:g}" if self.asked_compression else f"parameters={self.parameters:,}"
+            warnings.warn(f"BudgetConfig({what}): the tensorized layers start at {reached:,} parameters ({dense / reached:.1f}x "
+                          f"smaller than dense), already below the {asked:,.0f} asked ({dense / asked:.1f}x): their rank caps "
+                          "reach no higher while every layer keeps gaining min_compression (a token table's rank is capped at "
+                          "its width), and the run ends no larger than it starts. Ask for more compression, or raise "
+                          "TensorizeConfig's rank fractions.", UserWarning, stacklevel=2)
         return caps
 
     def _check_parameters(self, fixed: int) -> None:

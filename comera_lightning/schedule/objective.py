@@ -31,7 +31,7 @@ __all__ = ["LATE_OBJECTIVES", "ComeraObjective"]
 #: trade-off (``paper``).
 LATE_OBJECTIVES = ("budget", "guarded", "paper")
 
-_STATE = ("size_at_switch", "size_target", "loss_target", "normalizer")
+_STATE = ("size_at_switch", "size_target", "size_asked", "loss_target", "normalizer")
 
 
 class ComeraObjective:
@@ -62,6 +62,7 @@ class ComeraObjective:
         self.loss_weight, self.size_weight, self.surrogate = float(loss_weight), float(size_weight), surrogate
         self.size_at_switch: float | None = None
         self.size_target: float | None = None
+        self.size_asked: float | None = None
         self.loss_target: float | None = None
         self.normalizer: float | None = None
         self.layers: list[TTModule] = []
@@ -111,7 +112,8 @@ class ComeraObjective:
     def enter_late(self, loss_target: float) -> None:
         """Fix S (the active size now), S₀ (``end_size(S)``: target_ratio·S unless a budget says otherwise) and L₀."""
         self.size_at_switch = float(active_size(self.layers))
-        self.size_target = min(self.size_at_switch, float(self.end_size(self.size_at_switch)))
+        self.size_asked = float(self.end_size(self.size_at_switch))  # above S when the layers started smaller than asked
+        self.size_target = min(self.size_at_switch, self.size_asked)
         self.loss_target = float(loss_target)
         self.guard.start(self.loss_target)
 

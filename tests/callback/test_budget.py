@@ -152,3 +152,32 @@ def test_listing_the_skipped_layers_draws_no_random_numbers():
     torch.manual_seed(0)
     PlainClassifier()
     assert torch.equal(after, torch.rand(1))
+
+
+@pytest.mark.parametrize("adapt", [True, False])
+def test_a_budget_the_caps_cannot_start_at_keeps_every_layer_and_says_so(adapt):
+    """A small Transformer whose token table is capped at its width: the tensorized layers cannot be only 2x smaller."""
+    from comera_lightning import TensorizeConfig
+    from comera_lightning.models.transformer import SentencePairClassifier
+    from comera_lightning.tensorize import planned_sizes
+
+    model = SentencePairClassifier(vocab_size=8192, num_classes=3, d_model=64, num_layers=2, num_heads=4, d_ff=256,
+                                   max_positions=64)
+    names, dense, _ = planned_sizes(model, TensorizeConfig())
+    with pytest.warns(UserWarning, match=r"BudgetConfig\(compression=2\): the tensorized layers start at .* already below"):
+        caps = BudgetConfig(compression=2.0, adapt=adapt).start_caps(model, TensorizeConfig())
+    kept, _, start = planned_sizes(model, caps)
+    assert kept == names, "fixed ranks too keep every layer the default caps tensorize"
+    assert dense / start > 2.0
+
+
+def test_the_objective_keeps_the_size_asked_when_the_layers_start_below_it():
+    from comera_lightning import tensorize
+    from comera_lightning.schedule import ComeraObjective
+
+    model = PlainClassifier()
+    tensorize(model, max_rank=4)
+    objective = ComeraObjective(1.0, 0.0, late="budget", end_size=lambda size: 2 * size)
+    objective.bind([layer for _, layer in tt_layers(model)])
+    objective.enter_late(1.0)
+    assert objective.size_target == objective.size_at_switch and objective.size_asked == 2 * objective.size_at_switch
