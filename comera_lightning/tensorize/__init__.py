@@ -188,23 +188,25 @@ def tensorizable_names(model: nn.Module) -> list[str]:
 
 def planned_sizes(model: nn.Module, config: TensorizeConfig) -> tuple[list[str], int, int]:
     """The layers ``tensorize(model, config)`` would swap, their dense parameters and their tensorized ones; nothing is
-    swapped."""
+    swapped and no random number is drawn."""
     swaps, _ = _dry_run(model, config)
     return [r.name for _, _, r in swaps], sum(r.dense_parameters for _, _, r in swaps), sum(r.tt_parameters for _, _, r in swaps)
 
 
 def skipped_layers(model: nn.Module, config: TensorizeConfig) -> list[tuple[str, str]]:
-    """The layers ``tensorize(model, config)`` would leave dense, each with why; nothing is swapped, and the random
-    streams are left as they were (the layers it builds to decide draw their initial cores)."""
-    devices = list(range(torch.cuda.device_count())) if torch.cuda.is_initialized() else []
-    with torch.random.fork_rng(devices=devices):
-        return _dry_run(model, config)[1].skipped
+    """The layers ``tensorize(model, config)`` would leave dense, each with why; nothing is swapped and no random number
+    is drawn."""
+    return _dry_run(model, config)[1].skipped
 
 
 def _dry_run(model: nn.Module, config: TensorizeConfig) -> tuple[list[tuple[nn.Module, TensorizedModule, SwapRecord]], TensorizeReport]:
-    report = TensorizeReport(model_parameters_before=0)
-    swaps = _plan(model, config, _ModelScan.of(model), Rule("target_modules", config.target_modules),
-                  Rule("exclude_modules", config.exclude_modules), report)
+    """``tensorize``'s decisions without the swaps. The layers it builds to decide draw their initial cores: the random
+    streams are put back, so planning (a budget's start caps, the report) leaves a seeded run's initialisation as it was."""
+    devices = list(range(torch.cuda.device_count())) if torch.cuda.is_initialized() else []
+    with torch.random.fork_rng(devices=devices):
+        report = TensorizeReport(model_parameters_before=0)
+        swaps = _plan(model, config, _ModelScan.of(model), Rule("target_modules", config.target_modules),
+                      Rule("exclude_modules", config.exclude_modules), report)
     return swaps, report
 
 

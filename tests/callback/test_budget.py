@@ -141,13 +141,15 @@ def test_the_report_still_says_why_layers_stay_dense_when_the_budget_pins_the_la
     assert "1 skipped" in caplog.text and "- head" in caplog.text and "a classifier stays dense" in caplog.text
 
 
-def test_listing_the_skipped_layers_draws_no_random_numbers():
-    """A seeded run tensorizes the same cores whether or not the report lists the layers a budget leaves out."""
+def test_planning_draws_no_random_numbers():
+    """A seeded run tensorizes the same cores whatever a budget plans first (its start caps, the report's skipped layers)."""
     from comera_lightning import TensorizeConfig
     from comera_lightning.tensorize import skipped_layers
 
     torch.manual_seed(0)
-    skipped_layers(PlainClassifier(), TensorizeConfig())
+    model = PlainClassifier()
+    skipped_layers(model, TensorizeConfig())
+    BudgetConfig(compression=8.0).start_caps(model, TensorizeConfig())
     after = torch.rand(1)
     torch.manual_seed(0)
     PlainClassifier()
