@@ -250,7 +250,7 @@ def _tensorize_module(pl_module: pl.LightningModule, config: TensorizeConfig, ob
     # start_caps pins target_modules to the layers the user's config takes: the report still says why the others stay dense
     skipped = skipped_layers(pl_module, config) if caps.target_modules != config.target_modules else []
     report = tensorize(pl_module, caps)
-    report.skipped = skipped + [entry for entry in report.skipped if entry not in skipped]
+    report.skipped = skipped + report.skipped  # the pinned run can only skip pinned names, never among these
     if report.swapped:
         rank_zero_info(str(report))
     layers = [m for _, m in tt_layers(pl_module)]

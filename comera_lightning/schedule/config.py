@@ -193,15 +193,14 @@ class BudgetConfig:
         scale = start / planned
         fractions = ("rank_fraction", "embedding_rank_fraction", "head_rank_fraction")
         caps = config.replace(target_modules=names, **{name: min(1.0, getattr(config, name) * scale) for name in fractions})
+        plan = planned_sizes(model, caps)
         for _ in range(START_TRIES):  # the same layers at any caps: where a kind of layer would not gain
             # min_compression at its start (a small head at a large rank), that kind's cap alone is lowered
-            kept, _, reached = planned_sizes(model, caps)
-            if len(kept) == len(names):
+            if len(plan[0]) == len(names):
                 break
             lowered = [caps.replace(**{name: getattr(caps, name) * START_BACKOFF}) for name in fractions]
-            caps = min(lowered, key=lambda c: _fewest_lost_then_largest(planned_sizes(model, c)))
-        else:
-            reached = planned_sizes(model, caps)[2]
+            plan, caps = min(((planned_sizes(model, c), c) for c in lowered), key=lambda pc: _fewest_lost_then_largest(pc[0]))
+        reached = plan[2]
         if reached < (1 - START_SHORTFALL) * asked:
             what = f"compression={self.asked_compression:g}" if self.asked_compression else f"parameters={self.parameters:,}"
             warnings.warn(f"BudgetConfig({what}): the tensorized layers start at {reached:,} parameters ({dense / reached:.1f}x "
