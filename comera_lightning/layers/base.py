@@ -93,6 +93,11 @@ class TTModule(TensorizedModule):
             self.register_buffer(f"alive_{k}", torch.ones(r, dtype=torch.bool, device=device))
         self.reset_cores(std)
 
+    def token_cores(self) -> list[int]:
+        """Indices of the cores indexed by tokens: every core of a vocabulary layer (a token table's cores each hold a
+        factor of its rows); none of any other layer. A vocabulary head overrides this (``TTLinear``)."""
+        return list(range(len(self.cores))) if self.vocabulary_layer else []
+
     # ------------------------------------------------------------------ construction
     @torch.no_grad()
     def reset_cores(self, std: float) -> None:

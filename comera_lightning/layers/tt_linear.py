@@ -111,6 +111,10 @@ class TTLinear(TTModule):
                 layer.bias.copy_(bias)
         return layer
 
+    def token_cores(self) -> list[int]:
+        """A vocabulary head's output cores (its columns are tokens); its input cores are shared by every token."""
+        return list(range(len(self.in_modes), len(self.cores))) if self.vocabulary_layer else []
+
     @property
     def weight(self) -> torch.Tensor:
         """The dense ``(out_features, in_features)`` weight the train stands for.

@@ -1,17 +1,19 @@
 """CoreStepScale: how far each tensor-train core moves per step, relative to what its optimizer moved it.
 
-The rule (``scale="auto"``, the default; docs/METHOD.md §2.2): the cores of **vocabulary layers** — token
-tables and output heads to a vocabulary, the layers whose rows or columns are indexed by tokens — move
-``VOCABULARY_STEP_SCALE`` (12) times as far as the optimizer moved them; the cores of every other layer move
-exactly as the optimizer moved them. Why: under an Adam-like optimizer each entry of a dense table or head
-moves about ``lr`` whenever its token's gradient is non-zero, however small, so a rare token's row learns
-as fast as a frequent one's. A TT table or head shares its cores among many tokens: a token's own row (or
-column) moves only through a core scaled by the small entries of the other cores, several times slower.
-Linear maps between features have no such per-token rows; their products learn at the dense layer's pace
-without help. Measured on the quality race (docs/TUNING.md, "Core steps"): stretching the vocabulary layers'
-steps and no others beats one constant for every layer (the previous default, 6 everywhere: it left a
-Llama classifier at chance and a byte-level model 8 % behind) and three rules derived per layer or per
-core from the cores' norms and steps, at every LR of the sweep.
+The rule (``scale="auto"``, the default; docs/METHOD.md §2.2): the cores indexed by tokens — every core of a
+token table, the output cores of a head to a vocabulary (``TTModule.token_cores``) — move
+``VOCABULARY_STEP_SCALE`` (12) times as far as the optimizer moved them; every other core (a head's input
+cores, every core of the other layers) moves exactly as the optimizer moved it. Why: under an Adam-like
+optimizer each entry of a dense table or head moves about ``lr`` whenever its token's gradient is non-zero,
+however small, so a rare token's row learns as fast as a frequent one's. A TT table or head shares its cores
+among many tokens: a token's own row (or column) moves only through a core scaled by the small entries of the
+other cores, several times slower. Linear maps between features have no such per-token rows; their products
+learn at the dense layer's pace without help, and so does a head's input core: shared by every token, its step
+moves every column at once, by an amount that grows with the head's rank (stretched too, it blew a width-512
+model with a 32,000-token head up within 15 steps). Measured on the quality race (docs/TUNING.md, "Core
+steps"): stretching the vocabulary layers' steps and no others beats one constant for every layer (the
+previous default, 6 everywhere: it left a Llama classifier at chance and a byte-level model 8 % behind) and
+three rules derived per layer or per core from the cores' norms and steps, at every LR of the sweep.
 
 ``scale`` a number: every TT layer's cores move that many times as far (1: the optimizer's own steps; the
 paper's configs). Only Adam-like optimizers (``normalises_steps``) are followed; under SGD a core's
@@ -35,7 +37,7 @@ from comera_lightning._checks import check_number
 
 __all__ = ["DEFAULT_CORE_STEP_SCALE", "VOCABULARY_STEP_SCALE", "CoreStepScale", "normalises_steps", "is_vocabulary_layer"]
 
-#: The default rule: vocabulary layers' cores stretched, every other layer's left alone (module docstring).
+#: The default rule: the cores indexed by tokens stretched, every other core left alone (module docstring).
 DEFAULT_CORE_STEP_SCALE = "auto"
 #: How far a vocabulary layer's cores move under ``"auto"``, relative to the optimizer's step. Chosen on the
 #: quality race (docs/TUNING.md, "Core steps": 3, 6, 12 and 24 at two LRs on two model families).
@@ -76,10 +78,14 @@ class CoreStepScale:
         self._moving: list[torch.Tensor] = []
 
     def scale_for(self, layer: nn.Module) -> float:
-        """How far ``layer``'s cores move per step, relative to the optimizer's step."""
+        """How far ``layer``'s stretched cores (``cores_to_stretch``) move per step, relative to the optimizer's step."""
         if self.scale == "auto":
             return VOCABULARY_STEP_SCALE if is_vocabulary_layer(layer) else 1.0
         return float(self.scale)
+
+    def cores_to_stretch(self, layer: nn.Module) -> list[int]:
+        """Indices of ``layer``'s cores whose steps ``scale_for`` stretches: its token cores under ``"auto"``, all of them else."""
+        return list(layer.token_cores()) if self.scale == "auto" else list(range(len(layer.cores)))
 
     def attach(self, layers: Sequence[nn.Module], optimizers: Sequence[torch.optim.Optimizer]) -> None:
         """Stretch the steps each of ``optimizers`` makes on the ``cores`` of these TT ``layers`` (read at every step: pruning replaces them)."""
@@ -104,10 +110,14 @@ class CoreStepScale:
         """The layers whose cores' steps are stretched now."""
         return [layer for _, group in self._groups for layer in group]
 
+    def _stretched_cores(self, layer: nn.Module) -> list[torch.Tensor]:
+        """The cores of ``layer`` to stretch, read now (pruning replaces them)."""
+        return [layer.cores[k] for k in self.cores_to_stretch(layer)]
+
     @torch.no_grad()
     def _remember(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         # Every core, held by this optimizer or not: one it does not step has a zero step, which stays zero.
-        self._moving = [core.detach() for _, group in self._groups for layer in group for core in layer.cores]
+        self._moving = [core.detach() for _, group in self._groups for layer in group for core in self._stretched_cores(layer)]
         self._before = [core.clone() for core in self._moving]
 
     @torch.no_grad()
@@ -117,7 +127,7 @@ class CoreStepScale:
         torch._foreach_sub_(self._before, self._moving)  # minus the step taken, in the copies' memory
         start = 0
         for scale, group in self._groups:
-            end = start + sum(len(layer.cores) for layer in group)
+            end = start + sum(len(self.cores_to_stretch(layer)) for layer in group)
             torch._foreach_add_(self._moving[start:end], self._before[start:end], alpha=1.0 - scale)
             start = end
         self._before, self._moving = [], []

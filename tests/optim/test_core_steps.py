@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from comera_lightning import ComeraCallback, tensorize
+from comera_lightning.layers import TTLinear
 from comera_lightning.optim.core_steps import VOCABULARY_STEP_SCALE, CoreStepScale, is_vocabulary_layer
 from comera_lightning.rank import prune_, tt_layers
 from tests.helpers.plain_modules import PlainClassifier, loaders
@@ -115,10 +116,24 @@ def test_auto_stretches_only_the_vocabulary_layers_steps():
         optimizer.zero_grad()
         nn.functional.cross_entropy(model(torch.randint(0, 256, (4, 8))).flatten(0, 1), torch.randint(0, 256, (32,))).backward()
         optimizer.step()
+    head_out = [f"lm_head.cores.{k}" for k in range(len(ruled.lm_head.in_modes), len(ruled.lm_head.cores))]
     for name, param in ruled.named_parameters():
         plain_step = dict(plain.named_parameters())[name].detach() - start[name]
-        factor = VOCABULARY_STEP_SCALE if name.startswith(("embed.cores", "lm_head.cores")) else 1.0
+        factor = VOCABULARY_STEP_SCALE if name.startswith("embed.cores") or name in head_out else 1.0
         torch.testing.assert_close(param.detach() - start[name], factor * plain_step, rtol=1e-4, atol=1e-7, msg=name)
+
+
+@pytest.mark.parametrize("per_side", [1, 2])
+def test_a_vocabulary_heads_token_cores_are_its_output_cores(per_side):
+    """The head's input cores are shared by every token (stretched, they blew a width-512 model up): only the cores
+    holding the vocabulary's modes are token cores; a token table's cores all are, a feature map's none."""
+    head = TTLinear(64, 1000, bias=False, num_cores=per_side, max_rank=8)
+    assert head.token_cores() == []
+    head.vocabulary_layer = True
+    assert head.token_cores() == list(range(per_side, 2 * per_side))
+    assert [head.core_modes[k][0] for k in head.token_cores()] == list(head.out_modes)
+    model = tiny_lm()
+    assert model.embed.token_cores() == list(range(len(model.embed.cores))) and model.mlp.token_cores() == []
 
 
 def test_auto_adds_no_hooks_to_a_model_without_vocabulary_layers():
