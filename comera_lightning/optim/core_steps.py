@@ -84,7 +84,7 @@ class CoreStepScale:
         return float(self.scale)
 
     def cores_to_stretch(self, layer: nn.Module) -> list[int]:
-        """Indices of ``layer``'s cores whose steps ``scale_for`` stretches: its token cores under ``"auto"``, all of them else."""
+        """Indices of ``layer``'s cores whose steps ``scale_for`` stretches: its token cores under ``"auto"``, all of them under a number."""
         return list(layer.token_cores()) if self.scale == "auto" else list(range(len(layer.cores)))
 
     def attach(self, layers: Sequence[nn.Module], optimizers: Sequence[torch.optim.Optimizer]) -> None:
