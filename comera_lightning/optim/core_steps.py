@@ -72,7 +72,8 @@ class CoreStepScale:
             check_number("core_step_scale", scale, 0.0, low_open=True)
             scale = float(scale)
         self.scale: CoreStepScaleArg = scale
-        self._groups: list[tuple[float, list[nn.Module]]] = []
+        # (scale, the layers with the indices of their cores to stretch, how many cores in all): fixed at attach
+        self._groups: list[tuple[float, list[tuple[nn.Module, list[int]]], int]] = []
         self._hooks: list[Any] = []
         self._before: list[torch.Tensor] = []
         self._moving: list[torch.Tensor] = []
@@ -90,10 +91,12 @@ class CoreStepScale:
     def attach(self, layers: Sequence[nn.Module], optimizers: Sequence[torch.optim.Optimizer]) -> None:
         """Stretch the steps each of ``optimizers`` makes on the ``cores`` of these TT ``layers`` (read at every step: pruning replaces them)."""
         self.detach()
-        by_scale: dict[float, list[nn.Module]] = {}
+        by_scale: dict[float, list[tuple[nn.Module, list[int]]]] = {}
         for layer in layers:
-            by_scale.setdefault(self.scale_for(layer), []).append(layer)
-        self._groups = [(scale, group) for scale, group in by_scale.items() if scale != 1.0]
+            by_scale.setdefault(self.scale_for(layer), []).append((layer, self.cores_to_stretch(layer)))
+        self._groups = [(scale, members, sum(len(indices) for _, indices in members))
+                        for scale, members in by_scale.items() if scale != 1.0]
+        self._groups = [group for group in self._groups if group[2]]
         if not self._groups:
             return
         for optimizer in [o for o in optimizers if normalises_steps(o)]:
@@ -108,16 +111,13 @@ class CoreStepScale:
 
     def stretched_layers(self) -> list[nn.Module]:
         """The layers whose cores' steps are stretched now."""
-        return [layer for _, group in self._groups for layer in group]
-
-    def _stretched_cores(self, layer: nn.Module) -> list[torch.Tensor]:
-        """The cores of ``layer`` to stretch, read now (pruning replaces them)."""
-        return [layer.cores[k] for k in self.cores_to_stretch(layer)]
+        return [layer for _, members, _ in self._groups for layer, _ in members]
 
     @torch.no_grad()
     def _remember(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        # Every core, held by this optimizer or not: one it does not step has a zero step, which stays zero.
-        self._moving = [core.detach() for _, group in self._groups for layer in group for core in self._stretched_cores(layer)]
+        # Every core, held by this optimizer or not: one it does not step has a zero step, which stays zero. Read
+        # from the layer at every step: pruning replaces the cores.
+        self._moving = [layer.cores[k].detach() for _, members, _ in self._groups for layer, indices in members for k in indices]
         self._before = [core.clone() for core in self._moving]
 
     @torch.no_grad()
@@ -126,8 +126,8 @@ class CoreStepScale:
             return
         torch._foreach_sub_(self._before, self._moving)  # minus the step taken, in the copies' memory
         start = 0
-        for scale, group in self._groups:
-            end = start + sum(len(self.cores_to_stretch(layer)) for layer in group)
+        for scale, _, count in self._groups:
+            end = start + count
             torch._foreach_add_(self._moving[start:end], self._before[start:end], alpha=1.0 - scale)
             start = end
         self._before, self._moving = [], []
