@@ -132,15 +132,20 @@ def worker(rank: int, port: int, args: argparse.Namespace, out: Path) -> None:
             elapsed = torch.tensor(time.perf_counter() - start)
             dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)  # the slower rank sets the pace
             seconds[name].append(float(elapsed))
+    difference = torch.tensor(max_difference(plain, piped))
+    dist.all_reduce(difference, op=dist.ReduceOp.MAX)  # each rank holds its own shards: compare them all
     if rank == 0:
         rewritten = [type(m).__name__ for m in getattr(pipeline, "_pipelined_modules", [])]
         out.write_text(json.dumps({"seconds": seconds, "pipelined_modules": rewritten,
-                                   "max_weight_difference": max_difference(plain, piped)}))
+                                   "max_weight_difference": float(difference)}))
+    # Both ranks tear the group down together: a rank that exits while its peer still works on the group can make
+    # gloo abort the peer (a CI run lost rank 1 to SIGABRT once, not reproduced in 36 runs under load).
+    dist.barrier()
     dist.destroy_process_group()
 
 
 def max_difference(first: torch.nn.Module, second: torch.nn.Module) -> float:
-    """Largest |difference| between the two models' weights (this rank's part of sharded tables included)."""
+    """Largest |difference| between the two models' weights on this rank (its part of the sharded tables included)."""
     from comera_lightning.distributed.sharded_state import is_sharded
 
     def local(value):  # a table-wise shard lives on one rank: elsewhere an empty tensor
