@@ -197,19 +197,41 @@ def beside_cores(layers: Sequence[TTModule]) -> int:
     return sum(layer.num_parameters() - sum(core.numel() for core in layer.cores) for layer in layers)
 
 
+#: ``on_align(layer, bond, M, N, s)``: a bond was re-expressed in its SVD basis (``TTModule.align_bond_``).
+AlignListener = Callable[[TTModule, int, torch.Tensor, torch.Tensor, torch.Tensor], None]
+
+
 @torch.no_grad()
 def shrink_to_(layers: Sequence[TTModule], target: float,
-               importance: Callable[[nn.Parameter], torch.Tensor | None] = lambda gate: None) -> int:
-    """Mark dead the live rank indices worth least per parameter until the layers' active size is at most ``target``.
+               importance: Callable[[nn.Parameter], torch.Tensor | None] = lambda gate: None,
+               on_align: AlignListener | None = None) -> int:
+    """Cut the live rank indices worth least per parameter until the layers' active size is at most ``target``.
 
     An index's worth is its ``importance`` (e.g. the gates' smoothed sensitivity |g · ∂L/∂g|; the gate's magnitude
     when None) over the core parameters it holds (``gate_weights``): the whole budget is shared among layers and
     bonds by what each index does for the loss. A bond keeps its last live index unless its layer ``allow_rank0``.
-    Syncs with the device; ``prune_`` then slices the dead indices out. Returns how many indices were cut.
+    With ``on_align`` (``BudgetConfig(cut="svd")``), a bond of a layer that is not a vocabulary layer first goes to its
+    SVD basis (``TTModule.align_bond_``; ``on_align`` lets state kept elsewhere follow) and loses as many of its
+    weakest directions instead: the best truncation of that bond (docs/METHOD.md §2.3, "The cut"). Syncs with the
+    device; ``prune_`` then slices the dead indices out. Returns how many indices were cut.
     """
+    cuts = _cuts_per_bond(layers, target, importance)
+    for (li, k), indices in cuts.items():
+        layer = layers[li]
+        if on_align is not None and not layer.vocabulary_layer:
+            on_align(layer, k, *layer.align_bond_(k))
+            live = int(layer.gate_masks()[k].sum())
+            indices = range(live - len(indices), live)
+        layer.kill_(k, indices)
+    return sum(len(v) for v in cuts.values())
+
+
+def _cuts_per_bond(layers: Sequence[TTModule], target: float,
+                   importance: Callable[[nn.Parameter], torch.Tensor | None]) -> dict[tuple[int, int], list[int]]:
+    """The indices each (layer, bond) loses: the least worth per parameter first, down to ``target``."""
     size = float(active_size(layers)) if layers else 0.0
     if size <= target:
-        return 0
+        return {}
     candidates, live = [], {}
     for li, layer in enumerate(layers):
         for k, (mask, gate, weight) in enumerate(zip(layer.gate_masks(), layer.gates, gate_weights(layer))):
@@ -218,15 +240,13 @@ def shrink_to_(layers: Sequence[TTModule], target: float,
             indices = mask.nonzero().flatten().tolist()
             live[li, k] = len(indices)
             candidates += [(float(score[j]) / weight, li, k, j, weight) for j in indices]
-    cut: dict[tuple[int, int], list[int]] = {}
+    cuts: dict[tuple[int, int], list[int]] = {}
     for _, li, k, j, weight in sorted(candidates):
         if size <= target or target - (size - weight) > size - target:
             break  # at the size asked, or this cut would land farther below it than we are above
         if live[li, k] <= 1 and not layers[li].allow_rank0:
             continue
-        cut.setdefault((li, k), []).append(j)
+        cuts.setdefault((li, k), []).append(j)
         live[li, k] -= 1
         size -= weight
-    for (li, k), indices in cut.items():
-        layers[li].kill_(k, indices)
-    return sum(len(v) for v in cut.values())
+    return cuts

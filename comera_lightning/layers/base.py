@@ -5,6 +5,7 @@ a gate vector ``g_k`` on each internal bond (docs/METHOD.md §2): the layer uses
 ``G_1 diag(g_1) G_2 diag(g_2) ⋯ G_K``. A gate at or below ``gate_threshold`` is dead: it
 contributes nothing and gets no gradient, and its ``alive`` flag (a buffer) is cleared so it
 never comes back. ``prune_`` slices dead indices out physically, so compute and memory fall.
+``align_bond_`` re-expresses a bond in its SVD basis (the tensor unchanged), so that a cut takes its weakest directions.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from comera_lightning.layers.bond_basis import svd_basis
+from comera_lightning.layers.contraction import contract_chain
 from comera_lightning.layers.inference_cache import InferenceCache, caching_allowed
 from comera_lightning.layers.interface import TensorizedModule
 
@@ -200,6 +203,32 @@ class TTModule(TensorizedModule):
     def kill_(self, bond: int, indices: Sequence[int]) -> None:
         """Mark these indices of ``bond`` dead for good (``prune_`` slices them out)."""
         self._alive_masks()[bond][torch.as_tensor(list(indices), dtype=torch.long, device=self.gates[bond].device)] = False
+
+    @torch.no_grad()
+    def align_bond_(self, bond: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Re-express cores ``bond`` and ``bond + 1`` in the SVD basis of the unfolding across ``bond``; the layer's
+        tensor is unchanged (up to rounding). The bond's live indices come first, strongest first, its gates at 1.
+
+        Returns ``(M, N, s)`` (``layers/bond_basis.py``): core ``bond``'s right rank axis was multiplied by ``M``,
+        core ``bond + 1``'s left one by ``N``, ``s`` the singular values; state kept elsewhere follows with them
+        (``optim.state.rotate_optimizer_state_``).
+        """
+        flat = [core.detach().reshape(core.shape[0], -1, core.shape[-1]) for core in self.cores]
+        scales = [scale.detach().to(flat[0].dtype) for scale in self.bond_scales()]
+        gated = [core * scales[k] if k < len(scales) else core for k, core in enumerate(flat)]
+        rank = flat[bond].shape[-1]
+        left = contract_chain(gated[:bond] + flat[bond : bond + 1]).reshape(-1, rank)
+        right = contract_chain(gated[bond + 1 :]).reshape(rank, -1)
+        m, n, s = svd_basis(left, scales[bond], right)
+        live = min(int(self.gate_masks()[bond].sum()), int((s > 0).sum()))
+        first, second = self.cores[bond], self.cores[bond + 1]
+        first.copy_(torch.tensordot(first.double(), m, dims=([first.dim() - 1], [0])).to(first.dtype))
+        second.copy_(torch.tensordot(n, second.double(), dims=([1], [0])).to(second.dtype))
+        self.gates[bond].fill_(1.0)
+        alive = self._alive_masks()[bond]
+        alive.fill_(False)
+        alive[: max(live, 1)] = True
+        return m.to(first.dtype), n.to(first.dtype), s.to(first.dtype)
 
     def latch_dead_gates_(self) -> None:
         """Mark the gates now at or below the threshold dead for good (forward does it in eager training).

@@ -139,6 +139,21 @@ class GateOptimizer:
             return None
         return self.optimizer.state.get(gate, {}).get("importance")
 
+    @torch.no_grad()
+    def rebase_(self, gate: nn.Parameter, strength: torch.Tensor) -> None:
+        """``gate``'s bond was re-expressed in a new basis (``TTModule.align_bond_``): Adam restarts on it (moments and
+        step), and its importance is the bond's total shared in proportion to ``strength`` (the squared singular values)."""
+        state = self.optimizer.state.get(gate) if self.optimizer is not None else None
+        if not state:
+            return
+        importance = state.get("importance")
+        for key, value in state.items():
+            if key != "importance" and torch.is_tensor(value):
+                value.zero_()  # in place, ``step`` too: a captured graph holds these tensors
+        if importance is not None:
+            share = strength.to(importance) / strength.sum().clamp(min=torch.finfo(importance.dtype).tiny)
+            importance.copy_(share * importance.sum())
+
     def zero_grad(self) -> None:
         """Clear the gates' gradients (in place on CUDA, where a captured graph keeps their memory; a plain loop, not
         ``Optimizer.zero_grad``, which a compiled step may not trace)."""

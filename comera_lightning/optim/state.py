@@ -1,4 +1,5 @@
-"""Slice a parameter's optimizer state after the parameter itself was sliced (rank pruning, docs/METHOD.md §2).
+"""Keep a parameter's optimizer state in step with the parameter: sliced after it was sliced (rank pruning,
+docs/METHOD.md §2), carried through a change of basis along one axis (a bond re-expressed before a cut).
 
 Elementwise state (AdamW's ``exp_avg``/``exp_avg_sq``/``max_exp_avg_sq``, SGD's
 ``momentum_buffer``, CAME's ``exp_avg`` and its full statistics) is sliced like the parameter.
@@ -15,6 +16,10 @@ if the parameter had had its new shape all along.
 
 When this cannot be done (a state tensor of unknown shape, a CAME parameter whose factoring
 would change at the new shape, an empty result), the parameter's state is reset to a fresh one.
+
+A change of basis ``new = old ×_dim T`` turns the gradient into ``g ×_dim T⁻ᵀ``: first moments (``exp_avg``,
+``momentum_buffer``) follow exactly; second moments (``exp_avg_sq``, ``max_exp_avg_sq``) as if the coordinates
+mixed were uncorrelated, ``v ×_dim (T⁻ᵀ)∘²``. Other state (factored statistics, keys not known here) restarts.
 """
 
 from __future__ import annotations
@@ -27,7 +32,10 @@ from torch import Tensor
 from comera_lightning.optim.came import CAME
 from comera_lightning.optim.came_layout import factor_layout, state_layout
 
-__all__ = ["slice_optimizer_state_"]
+__all__ = ["rotate_optimizer_state_", "slice_optimizer_state_"]
+
+FIRST_MOMENTS = ("exp_avg", "momentum_buffer")
+SECOND_MOMENTS = ("exp_avg_sq", "max_exp_avg_sq")
 
 
 def slice_optimizer_state_(optimizer: torch.optim.Optimizer, param: Tensor, dim: int, index: Tensor) -> None:
@@ -64,6 +72,24 @@ def slice_optimizer_state_(optimizer: torch.optim.Optimizer, param: Tensor, dim:
         _reset(optimizer, param)
     else:
         state.update(sliced)
+
+
+@torch.no_grad()
+def rotate_optimizer_state_(optimizer: torch.optim.Optimizer, param: Tensor, dim: int, matrix: Tensor) -> None:
+    """Carry ``param``'s state in ``optimizer`` (if it has any) through ``new = old ×_dim matrix``, in place."""
+    state = optimizer.state.get(param)
+    if not state:
+        return
+    tensors = {key: value for key, value in state.items() if not _is_scalar(value)}
+    known = FIRST_MOMENTS + SECOND_MOMENTS
+    if isinstance(optimizer, CAME) or any(key not in known or value.shape != param.shape for key, value in tensors.items()):
+        _reset(optimizer, param)
+        return
+    inverse_t = torch.linalg.pinv(matrix.double()).T
+    for key, value in tensors.items():
+        mixing = inverse_t if key in FIRST_MOMENTS else inverse_t.square()
+        moved = (value.movedim(dim, -1).double() @ mixing.to(value.device)).movedim(-1, dim)
+        value.copy_(moved.clamp(min=0) if key in SECOND_MOMENTS else moved)  # in place: a captured graph holds these
 
 
 def _reset(optimizer: torch.optim.Optimizer, param: Tensor) -> None:

@@ -28,7 +28,8 @@ def fit(tmp_path, budget, epochs=6, **kwargs):
     return model, cb, logger
 
 
-@pytest.mark.parametrize("budget", [BudgetConfig(), BudgetConfig(compression=12.0), BudgetConfig(target_ratio=0.25)])
+@pytest.mark.parametrize("budget", [BudgetConfig(), BudgetConfig(compression=12.0), BudgetConfig(target_ratio=0.25),
+                                    BudgetConfig(compression=12.0, cut="svd")])
 def test_the_run_ends_at_the_size_asked(tmp_path, budget):
     model, cb, logger = fit(tmp_path, budget)
     asked = cb.size_target
@@ -106,6 +107,8 @@ def test_budget_options_and_direct_arguments_meet_in_one_config():
         BudgetConfig(compression=8.0, parameters=10)
     with pytest.raises(TypeError, match="unknown budget option"):
         BudgetConfig().replace(compresion=2.0)
+    with pytest.raises(ValueError, match=r"cut='SVD' is unknown; choose one of \('gates', 'svd'\)"):
+        BudgetConfig(cut="SVD")
 
 
 def test_a_budget_run_resumes_with_its_importance(tmp_path):
