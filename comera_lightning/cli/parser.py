@@ -139,7 +139,14 @@ def _key_line(message: str) -> str:
     if not lines:
         return "invalid arguments"
     useful = [ln for ln in lines[1:] if not ln.startswith(_NOISE)]
-    return f"{lines[0].rstrip(':')}: {useful[0]}" if len(lines) > 1 and useful else lines[0]
+    if len(lines) == 1 or not useful:
+        return lines[0]
+    said = useful[:1]
+    for line in useful[1:]:  # a nested key ("Parser key "cut":") is followed by what is wrong with its value
+        if not said[-1].endswith(":"):
+            break
+        said.append(line)
+    return f"{lines[0].rstrip(':')}: {' '.join(said)}"
 
 
 def one_line_error(message: str, known: Iterable[str]) -> str:

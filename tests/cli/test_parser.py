@@ -13,6 +13,7 @@ from comera_lightning.cli.parser import closest_keys
     (["--comera.max_rnak", "3"], "comera.max_rank"),
     (["--comera.target_ratio", "2"], "target_ratio must be a number in (0.0, 1.0]"),
     (["--threads", "0"], "--threads must be 1 or more"),
+    (["--comera.budget.cut", "SVD"], "Parser key \"cut\": Expected a typing.Literal['gates', 'svd']. Got value: SVD"),
 ])
 def test_bad_options_fail_on_one_line(args: list[str], named: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("WANDB_MODE", "disabled")
