@@ -14,7 +14,8 @@ import torch
 from torch import nn
 
 from comera_lightning.layers import PruneRecord, TTModule
-from comera_lightning.optim.state import slice_optimizer_state_
+from comera_lightning.optim.gates import GateOptimizer
+from comera_lightning.optim.state import rotate_optimizer_state_, slice_optimizer_state_
 
 __all__ = [
     "tt_layers",
@@ -29,6 +30,7 @@ __all__ = [
     "prune_",
     "PruneSummary",
     "shrink_to_",
+    "state_follower",
     "beside_cores",
 ]
 
@@ -199,6 +201,22 @@ def beside_cores(layers: Sequence[TTModule]) -> int:
 
 #: ``on_align(layer, bond, M, N, s)``: a bond was re-expressed in its SVD basis (``TTModule.align_bond_``).
 AlignListener = Callable[[TTModule, int, torch.Tensor, torch.Tensor, torch.Tensor], None]
+
+
+def state_follower(optimizers: Iterable[torch.optim.Optimizer], gates: GateOptimizer | None = None) -> AlignListener:
+    """An ``on_align`` for ``shrink_to_``: each optimizer's moments of the bond's two cores follow the change of basis
+    (core ``k`` by ``M`` on its last axis, core ``k + 1`` by ``N`` on its first: ``×_0 Nᵀ``); the bond's gates restart
+    in ``gates`` with their importance shared by ``s²``."""
+    optimizers = list(optimizers)
+
+    def follow(layer: TTModule, bond: int, left_map: torch.Tensor, right_map: torch.Tensor, singular: torch.Tensor) -> None:
+        for optimizer in optimizers:
+            rotate_optimizer_state_(optimizer, layer.cores[bond], -1, left_map)
+            rotate_optimizer_state_(optimizer, layer.cores[bond + 1], 0, right_map.T)
+        if gates is not None:
+            gates.rebase_(layer.gates[bond], singular.square())
+
+    return follow
 
 
 @torch.no_grad()

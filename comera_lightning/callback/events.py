@@ -8,15 +8,12 @@ strategy, and says what happened. ``ComeraCallback`` owns one and calls it from 
 from __future__ import annotations
 
 import lightning.pytorch as pl
-import torch
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
 from comera_lightning.callback.metrics import log_rank_table, publish_sizes, write_rank_table
 from comera_lightning.callback.trainer import mean_over_ranks, rewrap_ddp
-from comera_lightning.layers import TTModule
 from comera_lightning.optim.gates import GateOptimizer
-from comera_lightning.optim.state import rotate_optimizer_state_
-from comera_lightning.rank import PruneSummary, active_size, latch_dead_gates_, prune_, shrink_to_, tt_layers
+from comera_lightning.rank import PruneSummary, active_size, latch_dead_gates_, prune_, shrink_to_, state_follower, tt_layers
 from comera_lightning.schedule import ComeraObjective, LossTarget, StageSchedule
 from comera_lightning.schedule.config import BUDGET_PRUNES, BUDGET_SHRINK_SHARE
 from comera_lightning.strategy.protocol import ResizeListener
@@ -80,15 +77,8 @@ class StageEvents:
             self.held_at.append(trainer.global_step)
             return
         target = self.objective.target_size(self.schedule.late_progress(trainer.global_step))
-
-        def follow(layer: TTModule, bond: int, left_map: torch.Tensor, right_map: torch.Tensor, singular: torch.Tensor) -> None:
-            for optimizer in trainer.optimizers:
-                rotate_optimizer_state_(optimizer, layer.cores[bond], -1, left_map)
-                rotate_optimizer_state_(optimizer, layer.cores[bond + 1], 0, right_map.T)
-            self.gates.rebase_(layer.gates[bond], singular.square())
-
-        shrink_to_([layer for _, layer in tt_layers(pl_module)], target, self.gates.importance_of,
-                   on_align=follow if self.cut == "svd" else None)
+        follow = state_follower(trainer.optimizers, self.gates) if self.cut == "svd" else None
+        shrink_to_([layer for _, layer in tt_layers(pl_module)], target, self.gates.importance_of, on_align=follow)
 
     def prune(self, trainer: pl.Trainer, pl_module: pl.LightningModule, reason: str) -> PruneSummary:
         """Slice dead ranks out of the module and every optimizer's state, re-wrap DDP, tell the strategy, say what went."""

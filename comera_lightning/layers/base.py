@@ -207,28 +207,29 @@ class TTModule(TensorizedModule):
     @torch.no_grad()
     def align_bond_(self, bond: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Re-express cores ``bond`` and ``bond + 1`` in the SVD basis of the unfolding across ``bond``; the layer's
-        tensor is unchanged (up to rounding). The bond's live indices come first, strongest first, its gates at 1.
+        tensor is unchanged (up to the cores' rounding). The bond's live indices come first, strongest first (as many
+        as were live: directions it does not have come last, at zero), its gates at 1.
 
-        Returns ``(M, N, s)`` (``layers/bond_basis.py``): core ``bond``'s right rank axis was multiplied by ``M``,
-        core ``bond + 1``'s left one by ``N``, ``s`` the singular values; state kept elsewhere follows with them
+        Returns ``(M, N, s)`` in float64 (``layers/bond_basis.py``): core ``bond``'s right rank axis was multiplied by
+        ``M``, core ``bond + 1``'s left one by ``N``, ``s`` the singular values; state kept elsewhere follows with them
         (``optim.state.rotate_optimizer_state_``).
         """
-        flat = [core.detach().reshape(core.shape[0], -1, core.shape[-1]) for core in self.cores]
-        scales = [scale.detach().to(flat[0].dtype) for scale in self.bond_scales()]
+        flat = [core.detach().double().reshape(core.shape[0], -1, core.shape[-1]) for core in self.cores]
+        scales = [scale.detach().double() for scale in self.bond_scales()]
         gated = [core * scales[k] if k < len(scales) else core for k, core in enumerate(flat)]
         rank = flat[bond].shape[-1]
         left = contract_chain(gated[:bond] + flat[bond : bond + 1]).reshape(-1, rank)
         right = contract_chain(gated[bond + 1 :]).reshape(rank, -1)
         m, n, s = svd_basis(left, scales[bond], right)
-        live = min(int(self.gate_masks()[bond].sum()), int((s > 0).sum()))
+        live = int(self.gate_masks()[bond].sum())
         first, second = self.cores[bond], self.cores[bond + 1]
         first.copy_(torch.tensordot(first.double(), m, dims=([first.dim() - 1], [0])).to(first.dtype))
         second.copy_(torch.tensordot(n, second.double(), dims=([1], [0])).to(second.dtype))
         self.gates[bond].fill_(1.0)
         alive = self._alive_masks()[bond]
         alive.fill_(False)
-        alive[: max(live, 1)] = True
-        return m.to(first.dtype), n.to(first.dtype), s.to(first.dtype)
+        alive[:live] = True
+        return m, n, s
 
     def latch_dead_gates_(self) -> None:
         """Mark the gates now at or below the threshold dead for good (forward does it in eager training).

@@ -151,8 +151,8 @@ class GateOptimizer:
             if key != "importance" and torch.is_tensor(value):
                 value.zero_()  # in place, ``step`` too: a captured graph holds these tensors
         if importance is not None:
-            share = strength.to(importance) / strength.sum().clamp(min=torch.finfo(importance.dtype).tiny)
-            importance.copy_(share * importance.sum())
+            share = strength.double() / strength.double().sum().clamp(min=torch.finfo(torch.float64).tiny)
+            importance.copy_(share.to(importance) * importance.sum())
 
     def zero_grad(self) -> None:
         """Clear the gates' gradients (in place on CUDA, where a captured graph keeps their memory; a plain loop, not

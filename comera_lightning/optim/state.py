@@ -17,9 +17,11 @@ if the parameter had had its new shape all along.
 When this cannot be done (a state tensor of unknown shape, a CAME parameter whose factoring
 would change at the new shape, an empty result), the parameter's state is reset to a fresh one.
 
-A change of basis ``new = old ×_dim T`` turns the gradient into ``g ×_dim T⁻ᵀ``: first moments (``exp_avg``,
-``momentum_buffer``) follow exactly; second moments (``exp_avg_sq``, ``max_exp_avg_sq``) as if the coordinates
-mixed were uncorrelated, ``v ×_dim (T⁻ᵀ)∘²``. Other state (factored statistics, keys not known here) restarts.
+A change of basis ``new = old ×_dim T`` turns the loss's gradient into ``g ×_dim T⁻ᵀ``: first moments
+(``exp_avg``, ``momentum_buffer``) follow exactly (an L2 term that an optimizer folds into the gradient maps by ``T``
+instead: AdamW's decoupled decay is not in its moments); second moments (``exp_avg_sq``, ``max_exp_avg_sq``) as if
+the coordinates mixed were uncorrelated, ``v ×_dim (T⁻ᵀ)∘²``. Any other optimizer's state of the parameter (CAME's,
+Adafactor's, keys not known here) restarts whole.
 """
 
 from __future__ import annotations
@@ -88,8 +90,8 @@ def rotate_optimizer_state_(optimizer: torch.optim.Optimizer, param: Tensor, dim
     inverse_t = torch.linalg.pinv(matrix.double()).T
     for key, value in tensors.items():
         mixing = inverse_t if key in FIRST_MOMENTS else inverse_t.square()
-        moved = (value.movedim(dim, -1).double() @ mixing.to(value.device)).movedim(-1, dim)
-        value.copy_(moved.clamp(min=0) if key in SECOND_MOMENTS else moved)  # in place: a captured graph holds these
+        moved = value.movedim(dim, -1).double() @ mixing.to(value.device)
+        value.copy_(moved.movedim(-1, dim))  # in place: a captured graph holds these tensors
 
 
 def _reset(optimizer: torch.optim.Optimizer, param: Tensor) -> None:

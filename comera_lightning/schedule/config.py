@@ -81,7 +81,7 @@ class BudgetConfig:
             shrinks them while the loss holds; "paper": the paper's trade-off of loss against size.
         cut: how the budget cuts a bond: "gates": its least important gates' indices; "svd": a linear layer's bond is
             first re-expressed in its SVD basis and loses its weakest directions (token tables and vocabulary heads keep
-            the gates' choice); measured: up to 1.7 % lower loss at 4x, none at 2x and 8x, 1 % higher at 16x on GPT-2
+            the gates' choice); measured: up to 1.7 % lower loss at 4x, 1 % higher at 16x on GPT-2
             (docs/TUNING.md, "The cut").
         loss_tolerance: how much worse than its best since the switch (a fraction) the loss may get before shrinking pauses.
         allow_rank0: a layer may lose every rank (it then outputs its bias only); False keeps each bond's last rank.

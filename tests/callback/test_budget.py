@@ -28,8 +28,7 @@ def fit(tmp_path, budget, epochs=6, **kwargs):
     return model, cb, logger
 
 
-@pytest.mark.parametrize("budget", [BudgetConfig(), BudgetConfig(compression=12.0), BudgetConfig(target_ratio=0.25),
-                                    BudgetConfig(compression=12.0, cut="svd")])
+@pytest.mark.parametrize("budget", [BudgetConfig(), BudgetConfig(compression=12.0), BudgetConfig(target_ratio=0.25)])
 def test_the_run_ends_at_the_size_asked(tmp_path, budget):
     model, cb, logger = fit(tmp_path, budget)
     asked = cb.size_target
@@ -63,6 +62,18 @@ def test_the_least_important_ranks_go_and_no_bond_dies(tmp_path):
     assert all(rank >= 1 for _, layer in tt_layers(model) for rank in layer.ranks)
     saved = cb.gate_optimizer.state_dict()["state"]  # the gates' Adam state after the fit: importance sliced with the gates
     assert [tuple(saved[i]["importance"].shape) for i in range(2)] == [layer.gates[0].shape for _, layer in tt_layers(model)]
+
+
+def test_only_the_svd_cut_aligns_bonds_and_its_moments_follow(tmp_path, monkeypatch):
+    from comera_lightning.layers import TTModule
+
+    calls = []
+    align = TTModule.align_bond_
+    monkeypatch.setattr(TTModule, "align_bond_", lambda layer, bond: calls.append(bond) or align(layer, bond))
+    fit(tmp_path / "gates", BudgetConfig(compression=12.0))
+    assert calls == []
+    model, cb, _ = fit(tmp_path / "svd", BudgetConfig(compression=12.0, cut="svd"))
+    assert calls and abs(tt_size(model) / cb.size_target - 1) <= 0.1
 
 
 def test_allow_rank0_lets_a_layer_go(tmp_path):

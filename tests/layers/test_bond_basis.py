@@ -6,7 +6,7 @@ import torch
 from comera_lightning import TTEmbedding, TTLinear
 from comera_lightning.optim.gates import GateOptimizer
 from comera_lightning.optim.state import rotate_optimizer_state_
-from comera_lightning.rank import prune_, shrink_to_
+from comera_lightning.rank import prune_, shrink_to_, state_follower
 
 
 def weight_of(layer: TTLinear) -> torch.Tensor:
@@ -79,14 +79,28 @@ def test_first_moments_become_the_gradient_in_the_new_basis(cores_per_side):
 
     gradients()
     optimizer.step()  # lr 0: the weights stay where the gradient was taken
+    squares = [optimizer.state[core]["exp_avg_sq"].clone() for core in layer.cores]
     bond = cores_per_side - 1
-    m, n, _ = layer.align_bond_(bond)
-    rotate_optimizer_state_(optimizer, layer.cores[bond], -1, m)
-    rotate_optimizer_state_(optimizer, layer.cores[bond + 1], 0, n.T)
+    state_follower([optimizer])(layer, bond, *layer.align_bond_(bond))  # what cut="svd" runs at each cut
     after = gradients()
     for k in (bond, bond + 1):
         torch.testing.assert_close(optimizer.state[layer.cores[k]]["exp_avg"], after[k], atol=1e-5, rtol=1e-4)
-        assert torch.all(optimizer.state[layer.cores[k]]["exp_avg_sq"] >= 0)
+        assert not torch.allclose(optimizer.state[layer.cores[k]]["exp_avg_sq"], squares[k])
+    untouched = [k for k in range(len(layer.cores)) if k not in (bond, bond + 1)]
+    assert all(torch.equal(optimizer.state[layer.cores[k]]["exp_avg_sq"], squares[k]) for k in untouched)
+
+
+def test_a_bond_with_fewer_directions_than_live_indices_keeps_its_live_count():
+    layer = TTLinear(16, 16, max_rank=4, num_cores=2).eval()  # four cores; bond 0 limited by the first mode
+    with torch.no_grad():
+        layer.cores[1][:, :, 1:].zero_()  # the bond after core 1 holds one direction only
+    before = weight_of(layer)
+    live = layer.ranks[1]
+    _, _, s = layer.align_bond_(1)
+    assert layer.ranks[1] == live and int((s > 0).sum()) == 1
+    torch.testing.assert_close(weight_of(layer), before, atol=1e-5, rtol=1e-4)
+    assert shrink_to_([layer], target=0.0, on_align=lambda *moved: None) > 0
+    assert all(rank >= 1 for rank in layer.ranks)
 
 
 def test_a_state_we_cannot_map_restarts():
