@@ -214,13 +214,14 @@ class TTModule(TensorizedModule):
         ``M``, core ``bond + 1``'s left one by ``N``, ``s`` the singular values; state kept elsewhere follows with them
         (``optim.state.rotate_optimizer_state_``).
         """
-        flat = [core.detach().double().reshape(core.shape[0], -1, core.shape[-1]) for core in self.cores]
-        scales = [scale.detach().double() for scale in self.bond_scales()]
-        gated = [core * scales[k] if k < len(scales) else core for k, core in enumerate(flat)]
-        rank = flat[bond].shape[-1]
-        left = contract_chain(gated[:bond] + flat[bond : bond + 1]).reshape(-1, rank)
-        right = contract_chain(gated[bond + 1 :]).reshape(rank, -1)
-        m, n, s = svd_basis(left, scales[bond], right)
+        def as_3d(core: torch.Tensor) -> torch.Tensor:
+            return core.detach().double().reshape(core.shape[0], -1, core.shape[-1])
+
+        gated = [as_3d(core) for core in self.gated_cores()]
+        own = as_3d(self.cores[bond])  # the bond's own gate goes between the two sides
+        left = contract_chain(gated[:bond] + [own]).reshape(-1, own.shape[-1])
+        right = contract_chain(gated[bond + 1 :]).reshape(own.shape[-1], -1)
+        m, n, s = svd_basis(left, self.bond_scales()[bond].detach(), right)
         live = int(self.gate_masks()[bond].sum())
         first, second = self.cores[bond], self.cores[bond + 1]
         first.copy_(torch.tensordot(first.double(), m, dims=([first.dim() - 1], [0])).to(first.dtype))

@@ -94,9 +94,8 @@ class CoreStepScale:
         by_scale: dict[float, list[tuple[nn.Module, list[int]]]] = {}
         for layer in layers:
             by_scale.setdefault(self.scale_for(layer), []).append((layer, self.cores_to_stretch(layer)))
-        self._groups = [(scale, members, sum(len(indices) for _, indices in members))
-                        for scale, members in by_scale.items() if scale != 1.0]
-        self._groups = [group for group in self._groups if group[2]]
+        counted = [(scale, members, sum(len(indices) for _, indices in members)) for scale, members in by_scale.items()]
+        self._groups = [group for group in counted if group[0] != 1.0 and group[2]]
         if not self._groups:
             return
         for optimizer in [o for o in optimizers if normalises_steps(o)]:
