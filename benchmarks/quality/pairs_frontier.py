@@ -8,7 +8,8 @@ uniform ranks of the size asked the whole time, ``adapt=False``) and ``narrow`` 
 of the head count, gives the adaptive run's parameter count); ``dense`` once. Reports test accuracy, the last
 validation loss and the whole model's parameters; writes JSON and prints a markdown table.
 
-    python -m benchmarks.quality.pairs_frontier [--budgets 2,4,8,16] [--epochs 4] [--seed 0] [--out PATH]
+    python -m benchmarks.quality.pairs_frontier [--budgets 2,4,8,16] [--epochs 4] [--seed 0] [--systems comera,fixed]
+        [--cut svd] [--out PATH]
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import torch
 
 from benchmarks.probes import RESULTS, machine_basics, without_out
 from comera_lightning import BudgetConfig, ComeraCallback
+from comera_lightning.schedule.config import BUDGET_CUTS
 from comera_lightning.data.pairs import SentencePairDataModule
 from comera_lightning.models.transformer import SentencePairClassifier
 
@@ -34,6 +36,7 @@ MODEL = {"d_model": 64, "num_layers": 2, "num_heads": 4, "d_ff": 256, "dropout":
          "lr_cores": 1e-3, "lr_other": 1e-3}
 DATA = {"source": "clothing_reviews", "batch_size": 32, "eval_batch_size": 256, "max_length": 64,
         "bucket_by_length": True, "vocab_size": 8192}
+SYSTEMS = ("dense", "comera", "fixed", "narrow")
 
 
 def _model(data: SentencePairDataModule, d_model: int = MODEL["d_model"]) -> SentencePairClassifier:
@@ -73,15 +76,17 @@ def narrow_d_model(data: SentencePairDataModule, target: int) -> int:
 
 
 def markdown(result: dict[str, Any]) -> str:
-    dense = result["dense"]
-    lines = [f"Sentence-pair Transformer ({result['machine']['cpu']}, "
-             f"{result['date']}): `{result['command']}`", "",
-             f"| budget | CoMERA, adaptive ranks | fixed ranks | narrow dense | (dense: {dense['test_acc']:.4f}, "
-             f"{dense['parameters']:,}) |", "|---|---|---|---|---|"]
+    dense = result.get("dense")
+    names = {"comera": "CoMERA, adaptive ranks", "fixed": "fixed ranks", "narrow": "narrow dense"}
+    shown = [s for s in names if s in result.get("systems", SYSTEMS)]
+    dense_cell = f" (dense: {dense['test_acc']:.4f}, {dense['parameters']:,}) |" if dense else ""
+    lines = [f"Sentence-pair Transformer ({result['machine']['cpu']}, {result['date']}): `{result['command']}`", "",
+             "| budget | " + " | ".join(names[s] for s in shown) + " |" + dense_cell, "|---" * (len(shown) + 1 + bool(dense)) + "|"]
     for budget, runs in result["budgets"].items():
-        cells = [f"{runs[s]['test_acc']:.4f} ({runs[s]['parameters']:,})" for s in ("comera", "fixed", "narrow")]
-        lines.append(f"| {budget}× | " + " | ".join(cells) + " | |")
-    return "\n".join(lines) + "\n\nTest accuracy (the whole model's parameters); narrow: dense at a smaller d_model.\n"
+        cells = [f"{runs[s]['test_acc']:.4f}, {runs[s]['val_loss']:.4f} ({runs[s]['parameters']:,})" for s in shown]
+        lines.append(f"| {budget}× | " + " | ".join(cells) + " |" + (" |" if dense else ""))
+    return "\n".join(lines) + ("\n\nTest accuracy, validation loss (the whole model's parameters); narrow: dense at a "
+                               "smaller d_model.\n")
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -89,24 +94,39 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--budgets", default="2,4,8,16", help="compressions asked of the tensorized layers, comma-separated")
     parser.add_argument("--epochs", type=int, default=4, help="make demo's 4 (the default stages: 2 early, 2 late)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--systems", default=",".join(SYSTEMS), help=f"which of {','.join(SYSTEMS)} to run, comma-separated")
+    parser.add_argument("--cut", choices=BUDGET_CUTS, default="gates", help="BudgetConfig.cut of the adaptive runs")
     parser.add_argument("--limit-batches", type=int, default=None, help="batches per epoch and per evaluation (a smoke run)")
     parser.add_argument("--out", type=Path, default=None, help="JSON (default benchmarks/results/pairs_frontier.json)")
     args = parser.parse_args(argv)
     budgets = [float(b) for b in args.budgets.split(",") if b]
+    systems = [s for s in args.systems.split(",") if s]
+    unknown = sorted(set(systems) - set(SYSTEMS))
+    if unknown:
+        parser.error(f"--systems: unknown {unknown}; choose from {','.join(SYSTEMS)}")
+    if "narrow" in systems and "comera" not in systems:
+        parser.error("--systems: narrow takes its width from the comera run's parameters; add comera")
     torch.set_num_threads(1)
     data = SentencePairDataModule(**DATA, seed=args.seed)
     data.prepare_data()
     data.setup("fit")
     result: dict[str, Any] = {"command": "python -m benchmarks.quality.pairs_frontier " + " ".join(without_out(argv)),
                               "date": datetime.date.today().isoformat(), "machine": machine_basics(),
-                              "model": MODEL, "epochs": args.epochs, "seed": args.seed, "budgets": {}}
-    result["dense"] = fit("dense", data, args, limit=args.limit_batches)
+                              "model": MODEL, "epochs": args.epochs, "seed": args.seed, "systems": systems,
+                              "cut": args.cut, "budgets": {}}
+    if "dense" in systems:
+        result["dense"] = fit("dense", data, args, limit=args.limit_batches)
     for compression in budgets:
-        runs = {"comera": fit("comera", data, args, budget=BudgetConfig(compression=compression), limit=args.limit_batches),
-                "fixed": fit("fixed", data, args, budget=BudgetConfig(compression=compression, adapt=False),
-                             limit=args.limit_batches)}
-        runs["narrow"] = fit("narrow", data, args, d_model=narrow_d_model(data, runs["comera"]["parameters"]),
-                             limit=args.limit_batches)
+        runs = {}
+        if "comera" in systems:
+            runs["comera"] = fit("comera", data, args, budget=BudgetConfig(compression=compression, cut=args.cut),
+                                 limit=args.limit_batches)
+        if "fixed" in systems:
+            runs["fixed"] = fit("fixed", data, args, budget=BudgetConfig(compression=compression, adapt=False),
+                                limit=args.limit_batches)
+        if "narrow" in systems:
+            runs["narrow"] = fit("narrow", data, args, d_model=narrow_d_model(data, runs["comera"]["parameters"]),
+                                 limit=args.limit_batches)
         result["budgets"][f"{compression:g}"] = runs
     out = args.out or RESULTS / "pairs_frontier.json"
     out.parent.mkdir(parents=True, exist_ok=True)
