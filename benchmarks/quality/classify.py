@@ -25,7 +25,7 @@ from typing import Any
 import lightning as L
 import torch
 
-from benchmarks.probes import RESULTS, machine_basics
+from benchmarks.probes import RESULTS, machine_basics, without_out
 from benchmarks.quality.lm import warmup_cosine
 from benchmarks.quality.settings import _numbers, _options
 
@@ -160,7 +160,7 @@ def main(argv: list[str] | None = None) -> None:
     data = SentencePairDataModule(batch_size=args.batch_size, max_length=64 if args.quick else 128, vocab_size=4096)
     data.prepare_data()
     data.setup("fit")
-    results: dict[str, Any] = {"command": "python -m benchmarks.quality.classify " + " ".join(argv or sys.argv[1:]),
+    results: dict[str, Any] = {"command": "python -m benchmarks.quality.classify " + " ".join(without_out(argv)),
                                "machine": machine_basics(), "chance_loss": round(chance_loss(data), 4),
                                "majority_rate": round(data.majority_rate, 4), "models": {}}
     for spec in args.models.split(","):

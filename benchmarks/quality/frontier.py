@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.probes import RESULTS
+from benchmarks.probes import RESULTS, without_out
 from benchmarks.quality.models import ModelSpec, dense_parameters, narrow_width
 from benchmarks.quality.race import data_module, fit, print_result, run_header
 from benchmarks.quality.settings import QUICK, QUICK_MODELS, RaceSettings, _numbers
@@ -128,8 +128,7 @@ def main(argv: list[str] | None = None) -> None:
     budgets = _numbers("4,8" if args.quick and args.budgets == "2,4,8,16" else args.budgets, float)
     started = time.perf_counter()
     data = data_module(settings)
-    results = run_header("python -m benchmarks.quality.frontier " + " ".join(sys.argv[1:] if argv is None else argv),
-                         settings, data)
+    results = run_header("python -m benchmarks.quality.frontier " + " ".join(without_out(argv)), settings, data)
     for spec in [ModelSpec.parse(m) for m in args.models.split(",")]:
         steps = settings.steps_for(dense_parameters(spec, data.vocab_size, settings.block_size))
         dense, _ = fit("dense", spec, settings, data, lr=settings.lr, steps=steps)

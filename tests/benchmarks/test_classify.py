@@ -25,6 +25,7 @@ def test_quick_classifier_race_reports_dense_and_comera(tmp_path):
     results = json.loads(out.read_text())
     runs = results["models"]["llama:64:1"]["0.001"]
     assert set(runs) == {"dense", "comera"}
+    assert results["command"] == "python -m benchmarks.quality.classify --quick", "no local path in the JSON"
     assert runs["comera"]["tt_parameters"] > 0 and runs["dense"]["tt_parameters"] == 0
     for run in runs.values():
         assert len(run["curve"]) == 2 and run["steps"] == 20

@@ -18,6 +18,7 @@ def test_one_budget_runs_every_system_at_the_size_asked(tmp_path):
     model = result["models"]["llama-32x1"]
     runs = model["budgets"]["4"]
     assert set(runs) == {"comera", "fixed", "narrow", "lowrank"}
+    assert "--out" not in result["command"] and "--narrow-multiple 8" in result["command"], "no local path in the JSON"
     assert runs["narrow"]["width"] % 8 == 0 and runs["narrow"]["width"] < 32, "--narrow-multiple sets the narrow widths"
     dense_layers = model["dense"]["compressible_parameters"]
     assert 3.6 < dense_layers / runs["fixed"]["compressible_parameters"] < 4.4, "fixed ranks train at the size asked"
