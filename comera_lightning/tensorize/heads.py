@@ -1,11 +1,11 @@
 """Which linear layers of a model are its output heads (dense unless named in ``target_modules``, or ``include_heads`` and ``widens``).
 
 A head is found by what it is, never by where it was registered (litgpt registers ``lm_head`` before its
-blocks): a name like ``lm_head``/``classifier``; a map from the model's width back to an embedding's
-vocabulary; a map to the model's class count (``num_classes``/``num_labels`` of the model or its
-``config``). Only when none of these finds one is a head inferred from the structure: the linear layers
-outside the model's blocks (layer stacks, attention blocks: ``repeated_blocks``) whose output no other
-linear layer takes as input; the last of those.
+blocks): a name like ``lm_head``/``classifier``; a map, outside the model's blocks, from its width back to a
+token embedding's vocabulary (a position table's rows are not one); a map to the model's class count
+(``num_classes``/``num_labels`` of the model or its ``config``). Only when none of these finds one is a head
+inferred from the structure: the linear layers outside the model's blocks (layer stacks, attention blocks:
+``repeated_blocks``) whose output no other linear layer takes as input; the last of those.
 """
 
 from __future__ import annotations
@@ -19,17 +19,20 @@ __all__ = ["HEAD_NAMES", "output_heads", "repeated_blocks", "widens"]
 HEAD_NAMES = frozenset({"classifier", "lm_head", "head", "output_layer", "score", "fc_out", "logits", "predictions", "out_head"})
 #: Attributes of a model (or of its ``config``) that give its class count.
 CLASS_COUNT_NAMES = ("num_classes", "num_labels", "n_classes")
+#: Words in an embedding's name that mark a position table (``_is_position_table``).
+POSITION_WORDS = frozenset({"pos", "position", "positions", "positional", "wpe"})
 
 
 def output_heads(model: nn.Module, linears: list[tuple[str, nn.Module]]) -> dict[str, str]:
     """The output heads among ``linears`` (name -> why), from what the modules are (module docstring)."""
     heads = {n: "named like an output head" for n, _ in linears if n.rsplit(".", 1)[-1] in HEAD_NAMES}
-    vocabularies = {(m.embedding_dim, m.num_embeddings) for m in model.modules() if isinstance(m, nn.Embedding)}
-    for n, m in linears:
-        if (m.in_features, m.out_features) in vocabularies and n not in heads:
-            heads[n] = f"maps width {m.in_features} to an embedding's vocabulary of {m.out_features}"
     blocks = repeated_blocks(model)
     outside = [(n, m) for n, m in linears if not any(n.startswith(block) for block in blocks)]
+    vocabularies = {(m.embedding_dim, m.num_embeddings) for n, m in model.named_modules()
+                    if isinstance(m, nn.Embedding) and not _is_position_table(n)}
+    for n, m in outside:  # a block's square projections would match a position table as wide as its rows
+        if (m.in_features, m.out_features) in vocabularies and n not in heads:
+            heads[n] = f"maps width {m.in_features} to an embedding's vocabulary of {m.out_features}"
     counts = _class_counts(model)
     for n, m in outside:
         if m.out_features in counts and n not in heads:
@@ -64,6 +67,11 @@ def repeated_blocks(model: nn.Module) -> list[str]:
             if type(child) in kinds and (isinstance(module, nn.ModuleList) or kinds.count(type(child)) > 1):
                 prefixes.append(f"{name}.{child_name}." if name else f"{child_name}.")
     return prefixes
+
+
+def _is_position_table(name: str) -> bool:
+    """An embedding named for positions (``position_embeddings``, ``wpe``, ``embed_positions``): its rows are no vocabulary."""
+    return bool(set(name.rsplit(".", 1)[-1].lower().split("_")) & POSITION_WORDS)
 
 
 def _class_counts(model: nn.Module) -> dict[int, str]:

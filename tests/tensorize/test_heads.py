@@ -88,3 +88,23 @@ def test_litgpt_blocks_are_tensorized_and_lm_head_is_the_head():
     kept = tensorize(litgpt.GPT(config), max_rank=4, min_compression=0.0, include_heads=False)
     assert [name for name, reason in kept.skipped if "output head" in reason] == ["lm_head"]
     assert model(torch.randint(0, 256, (2, 8))).shape == (2, 8, 256)
+
+
+def test_square_layers_are_no_heads_to_a_position_table_as_wide_as_the_model():
+    from comera_lightning.models.transformer import SentencePairClassifier
+
+    model = SentencePairClassifier(vocab_size=512, num_classes=3, d_model=64, num_layers=1, num_heads=4, d_ff=128,
+                                   max_positions=64)  # a 64 x 64 position table, like make demo's model
+    heads = _heads(model)
+    assert set(heads) == {"classifier"}, heads  # not the blocks' 64 -> 64 projections, not the pooler
+    model.decoder = nn.Linear(64, 512)  # a map back to the token table's vocabulary still is one
+    assert "vocabulary of 512" in _heads(model)["decoder"]
+
+
+@pytest.mark.parametrize("name, is_position", [("position_embeddings", True), ("transformer.wpe", True),
+                                               ("embed_positions", True), ("pos_embedding", True),
+                                               ("word_embeddings", False), ("token_type_embeddings", False)])
+def test_position_tables_are_told_by_name(name, is_position):
+    from comera_lightning.tensorize.heads import _is_position_table
+
+    assert _is_position_table(name) is is_position
