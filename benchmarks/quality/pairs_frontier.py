@@ -27,9 +27,9 @@ import torch
 
 from benchmarks.probes import RESULTS, machine_basics, without_out
 from comera_lightning import BudgetConfig, ComeraCallback
-from comera_lightning.schedule.config import BUDGET_CUTS
 from comera_lightning.data.pairs import SentencePairDataModule
 from comera_lightning.models.transformer import SentencePairClassifier
+from comera_lightning.schedule.config import BUDGET_CUTS
 
 #: ``make demo``'s model (configs/transformer_tiny.yaml) in the package's layout: the callback decides what to tensorize.
 MODEL = {"d_model": 64, "num_layers": 2, "num_heads": 4, "d_ff": 256, "dropout": 0.1, "max_positions": 64,
@@ -81,7 +81,8 @@ def markdown(result: dict[str, Any]) -> str:
     shown = [s for s in names if s in result.get("systems", SYSTEMS)]
     dense_cell = f" (dense: {dense['test_acc']:.4f}, {dense['parameters']:,}) |" if dense else ""
     lines = [f"Sentence-pair Transformer ({result['machine']['cpu']}, {result['date']}): `{result['command']}`", "",
-             "| budget | " + " | ".join(names[s] for s in shown) + " |" + dense_cell, "|---" * (len(shown) + 1 + bool(dense)) + "|"]
+             "| budget | " + " | ".join(names[s] for s in shown) + " |" + dense_cell,
+             "|---" * (len(shown) + 1 + bool(dense)) + "|"]
     for budget, runs in result["budgets"].items():
         cells = [f"{runs[s]['test_acc']:.4f}, {runs[s]['val_loss']:.4f} ({runs[s]['parameters']:,})" for s in shown]
         lines.append(f"| {budget}× | " + " | ".join(cells) + " |" + (" |" if dense else ""))

@@ -202,11 +202,14 @@ class BudgetConfig:
         fractions = ("rank_fraction", "embedding_rank_fraction", "head_rank_fraction")
         caps = config.replace(target_modules=names, **{name: min(1.0, getattr(config, name) * scale) for name in fractions})
         plan = planned_sizes(model, caps)
+        # a kind with no layer (a model without a vocabulary head) must not be "lowered": that changes nothing, which
+        # the order below would prefer forever
+        kinds = [name for name in fractions if planned_sizes(model, caps.replace(**{name: getattr(caps, name) * 1e-3})) != plan]
         for _ in range(START_TRIES):  # the same layers at any caps: where a kind of layer would not gain
             # min_compression at its start (a small head at a large rank), that kind's cap alone is lowered
-            if len(plan[0]) == len(names):
+            if len(plan[0]) == len(names) or not kinds:
                 break
-            lowered = [caps.replace(**{name: getattr(caps, name) * START_BACKOFF}) for name in fractions]
+            lowered = [caps.replace(**{name: getattr(caps, name) * START_BACKOFF}) for name in kinds]
             plan, caps = min(((planned_sizes(model, c), c) for c in lowered), key=lambda pc: _fewest_lost_then_largest(pc[0]))
         reached = plan[2]
         if reached < (1 - START_SHORTFALL) * asked:

@@ -30,7 +30,7 @@ def output_heads(model: nn.Module, linears: list[tuple[str, nn.Module]]) -> dict
     outside = [(n, m) for n, m in linears if not any(n.startswith(block) for block in blocks)]
     vocabularies = {(m.embedding_dim, m.num_embeddings) for n, m in model.named_modules()
                     if isinstance(m, nn.Embedding) and not _is_position_table(n)}
-    for n, m in outside:  # a block's square projections would match a position table as wide as its rows
+    for n, m in outside:  # a block's layers are never heads (repeated_blocks)
         if (m.in_features, m.out_features) in vocabularies and n not in heads:
             heads[n] = f"maps width {m.in_features} to an embedding's vocabulary of {m.out_features}"
     counts = _class_counts(model)
@@ -70,7 +70,7 @@ def repeated_blocks(model: nn.Module) -> list[str]:
 
 
 def _is_position_table(name: str) -> bool:
-    """An embedding named for positions (``position_embeddings``, ``wpe``, ``embed_positions``): its rows are no vocabulary."""
+    """An embedding named for positions (``position_embeddings``, ``wpe``, ``embed_positions``): no vocabulary."""
     return bool(set(name.rsplit(".", 1)[-1].lower().split("_")) & POSITION_WORDS)
 
 
