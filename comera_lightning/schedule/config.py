@@ -203,8 +203,9 @@ class BudgetConfig:
         caps = config.replace(target_modules=names, **{name: min(1.0, getattr(config, name) * scale) for name in fractions})
         plan = planned_sizes(model, caps)
         # a kind with no layer (a model without a vocabulary head) must not be "lowered": that changes nothing, which
-        # the order below would prefer forever
-        kinds = [name for name in fractions if planned_sizes(model, caps.replace(**{name: getattr(caps, name) * 1e-3})) != plan]
+        # the order below would prefer forever; a kind the model has changes the plan when its cap is cut 1000-fold
+        kinds = [name for name in fractions
+                 if planned_sizes(model, caps.replace(**{name: getattr(caps, name) * 1e-3})) != plan]
         for _ in range(START_TRIES):  # the same layers at any caps: where a kind of layer would not gain
             # min_compression at its start (a small head at a large rank), that kind's cap alone is lowered
             if len(plan[0]) == len(names) or not kinds:
