@@ -26,6 +26,7 @@ import lightning as L
 import torch
 
 from benchmarks.probes import RESULTS, machine_basics, without_out
+from benchmarks.quality.settings import systems_of
 from comera_lightning import BudgetConfig, ComeraCallback
 from comera_lightning.data.pairs import SentencePairDataModule
 from comera_lightning.models.transformer import SentencePairClassifier
@@ -37,6 +38,7 @@ MODEL = {"d_model": 64, "num_layers": 2, "num_heads": 4, "d_ff": 256, "dropout":
 DATA = {"source": "clothing_reviews", "batch_size": 32, "eval_batch_size": 256, "max_length": 64,
         "bucket_by_length": True, "vocab_size": 8192}
 SYSTEMS = ("dense", "comera", "fixed", "narrow")
+NEEDS = {"narrow": ("comera",)}  # narrow takes its width from the comera run's parameters
 
 
 def _model(data: SentencePairDataModule, d_model: int = MODEL["d_model"]) -> SentencePairClassifier:
@@ -101,12 +103,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--out", type=Path, default=None, help="JSON (default benchmarks/results/pairs_frontier.json)")
     args = parser.parse_args(argv)
     budgets = [float(b) for b in args.budgets.split(",") if b]
-    systems = [s for s in args.systems.split(",") if s]
-    unknown = sorted(set(systems) - set(SYSTEMS))
-    if unknown:
-        parser.error(f"--systems: unknown {unknown}; choose from {','.join(SYSTEMS)}")
-    if "narrow" in systems and "comera" not in systems:
-        parser.error("--systems: narrow takes its width from the comera run's parameters; add comera")
+    systems = systems_of(parser, args.systems, SYSTEMS, NEEDS)
     torch.set_num_threads(1)
     data = SentencePairDataModule(**DATA, seed=args.seed)
     data.prepare_data()

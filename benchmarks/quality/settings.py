@@ -140,13 +140,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def systems_of(parser: argparse.ArgumentParser, text: str) -> list[str]:
+def systems_of(parser: argparse.ArgumentParser, text: str, known: tuple[str, ...] = SYSTEMS,
+               needs: dict[str, tuple[str, ...]] = NEEDS) -> list[str]:
     """The systems of a comma-separated ``--systems``; a parser error for an unknown one or one whose baseline is missing."""
     systems = [s.strip() for s in text.split(",") if s.strip()]
-    unknown = sorted(set(systems) - set(SYSTEMS))
-    missing = sorted({f"{s} needs {n}" for s in systems for n in NEEDS.get(s, ()) if n not in systems})
+    unknown = sorted(set(systems) - set(known))
+    missing = sorted({f"{s} needs {n}: add {n}" for s in systems for n in needs.get(s, ()) if n not in systems})
     if unknown or missing:
-        parser.error(f"unknown systems {unknown}" if unknown else "; ".join(missing))
+        parser.error(f"--systems: unknown {unknown}; choose from {','.join(known)}" if unknown else "; ".join(missing))
     return systems
 
 
