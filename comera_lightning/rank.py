@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Sequence
+from typing import Union
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from comera_lightning.layers import PruneRecord, TTModule
+from comera_lightning.layers.gate_bank import GateBank
 from comera_lightning.optim.gates import GateOptimizer
 from comera_lightning.optim.state import rotate_optimizer_state_, slice_optimizer_state_
 
@@ -42,10 +44,18 @@ def tt_layers(module: nn.Module) -> list[tuple[str, TTModule]]:
     return [(name, m) for name, m in module.named_modules() if isinstance(m, TTModule)]
 
 
-def latch_dead_gates_(module: nn.Module) -> None:
-    """Every TT layer's gates at or below its threshold dead for good (what eager forward does; a compiled one does not)."""
-    for _, layer in tt_layers(module):
-        layer.latch_dead_gates_()
+Layers = Union[Sequence[TTModule], GateBank]
+
+
+def _bank(layers: Layers) -> GateBank:
+    """A ``GateBank`` of ``layers`` (itself if it is one: keep one for what runs every step, its index tensors stay)."""
+    return layers if isinstance(layers, GateBank) else GateBank(layers)
+
+
+def latch_dead_gates_(module: nn.Module | GateBank) -> None:
+    """Every TT layer's gates at or below its threshold dead for good (what eager forward does; a compiled one does
+    not), in one pass over all bonds; nothing runs where the masks are latched already."""
+    (module if isinstance(module, GateBank) else GateBank([m for _, m in tt_layers(module)])).latch_()
 
 
 def gate_weights(layer: TTModule) -> list[int]:
@@ -61,8 +71,9 @@ def gate_weights(layer: TTModule) -> list[int]:
     return weights
 
 
-def surrogate_normalizer(layers: Sequence[TTModule], kind: str = "mean") -> float:
+def surrogate_normalizer(layers: Layers, kind: str = "mean") -> float:
     """The denominator of ``size_surrogate`` for the layers as they are now (gate count or total weight)."""
+    layers = _bank(layers).layers
     if kind not in SURROGATES:
         raise ValueError(f"size surrogate {kind!r} is unknown; choose one of {SURROGATES}.")
     if kind == "mean":
@@ -71,7 +82,7 @@ def surrogate_normalizer(layers: Sequence[TTModule], kind: str = "mean") -> floa
 
 
 def size_surrogate(
-    layers: Sequence[TTModule], kind: str = "mean", normalizer: float | None = None, spare_strongest: bool = False
+    layers: Layers, kind: str = "mean", normalizer: float | None = None, spare_strongest: bool = False
 ) -> torch.Tensor:
     """Differentiable ℓ1 relaxation ``R`` of the model size (docs/METHOD.md §2), with no host sync.
 
@@ -85,34 +96,27 @@ def size_surrogate(
     return (total - strongest if spare_strongest else total) / denominator
 
 
-def size_surrogates(layers: Sequence[TTModule], kind: str = "mean", normalizer: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def size_surrogates(layers: Layers, kind: str = "mean", normalizer: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """``size_surrogate`` without and with ``spare_strongest``, from one pass over the gates."""
     total, strongest, denominator = _surrogate_sums(layers, kind, normalizer, True)
     return total / denominator, (total - strongest) / denominator
 
 
 def _surrogate_sums(
-    layers: Sequence[TTModule], kind: str, normalizer: float | None, strongest: bool
+    layers: Layers, kind: str, normalizer: float | None, strongest: bool
 ) -> tuple[torch.Tensor, torch.Tensor | None, float]:
     """The weighted sum of the live gates, of each bond's largest one (when asked), and the denominator."""
-    if not layers:
+    bank = _bank(layers)
+    if not bank.layers:
         raise ValueError("size_surrogate needs at least one TT layer; run tensorize() first.")
-    denominator = max(normalizer if normalizer is not None else surrogate_normalizer(layers, kind), 1.0)
-    sums, maxima = [], []
-    for layer in layers:
-        weights = gate_weights(layer) if kind == "size" else [1] * len(layer.gates)
-        for gate, mask, weight in zip(layer.gates, layer.gate_masks(), weights):
-            live = (gate * mask).float()
-            sums.append(live.sum() * weight)
-            if strongest and live.numel():
-                maxima.append(live.max() * weight)
-    top = torch.stack(maxima).sum() if maxima else torch.zeros_like(sums[0])
-    return torch.stack(sums).sum(), top if strongest else None, denominator
+    denominator = max(normalizer if normalizer is not None else surrogate_normalizer(bank, kind), 1.0)
+    total, top = bank.surrogate_sums(kind, strongest)
+    return total, top, denominator
 
 
-def active_size(layers: Sequence[TTModule]) -> torch.Tensor:
+def active_size(layers: Layers) -> torch.Tensor:
     """Exact parameter count of all cores at their active ranks (ℓ0 of the gates), on device."""
-    return torch.stack([layer.active_size() for layer in layers]).sum()
+    return _bank(layers).active_size()
 
 
 @dataclass(frozen=True)

@@ -136,7 +136,8 @@ class ComeraCallback(Callback):
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """The optimizers exist now: take the gates over, scale the cores' steps (before Lightning restores the optimizers' state)."""
         layers = [layer for _, layer in tt_layers(pl_module)]
-        self.gate_optimizer.attach([g for layer in layers for g in layer.gates], trainer.optimizers)
+        self.gate_optimizer.attach([g for layer in layers for g in layer.gates], trainer.optimizers,
+                                   after_step=self.stage_objective.bank.latch_)
         self.gate_optimizer.follow_scaler(getattr(trainer.precision_plugin, "scaler", None))
         self.gate_optimizer.freeze(self.schedule.stage != "early" and self.budget_config.late_objective == "budget")
         self.core_steps.attach(layers, trainer.optimizers)

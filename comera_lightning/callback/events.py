@@ -44,7 +44,7 @@ class StageEvents:
 
     def end_batch(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """After a training batch: dead gates latched (a compiled forward does not), then the step-based event due, if any."""
-        latch_dead_gates_(pl_module)
+        latch_dead_gates_(self.objective.bank)
         self.carry_out(self.schedule.after_batch(trainer.global_step), trainer, pl_module, trainer.current_epoch + 1)
 
     def end_epoch(self, trainer: pl.Trainer, pl_module: pl.LightningModule, epochs_done: int) -> None:

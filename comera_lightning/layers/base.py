@@ -51,6 +51,26 @@ def _strongest(alive: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
     return torch.zeros_like(alive).scatter(0, index, alive.gather(0, index))
 
 
+class _GradMasked(torch.autograd.Function):
+    """``value`` itself forward (no kernel); in backward its gradient times ``mask``."""
+
+    @staticmethod
+    def forward(ctx: object, value: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(mask)
+        return value.view_as(value)
+
+    @staticmethod
+    def backward(ctx: object, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        (mask,) = ctx.saved_tensors
+        return grad * mask, None
+
+
+def grad_masked(value: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``value`` whose gradient is zero where ``mask`` is False: a latched gate (dead ones already at zero) needs no
+    mask forward, but a dead gate still gets no gradient."""
+    return _GradMasked.apply(value, mask)
+
+
 def _fresh_parameter(value: torch.Tensor, like: nn.Parameter) -> nn.Parameter:
     """A new Parameter (new autograd identity) holding ``value``.
 
@@ -172,32 +192,63 @@ class TTModule(TensorizedModule):
 
         A NaN gate stays live (``not gate <= threshold``): a numerical fault must show in the
         outputs, not be pruned away as if the rank had died. Unless ``allow_rank0``, each bond's
-        strongest live gate stays live whatever its value: no bond dies.
+        strongest live gate stays live whatever its value: no bond dies. When nothing changed since
+        the masks were last latched (``masks_latched``), they are the ``alive`` buffers as they are: no kernel runs.
         """
+        return self._alive_masks() if self.masks_latched() else self._rule_masks()
+
+    def _rule_masks(self) -> list[torch.Tensor]:
+        """The masks computed from the gates by the rule ``gate_masks`` states."""
         masks = [alive & ~(gate <= self.gate_threshold) for alive, gate in zip(self._alive_masks(), _listed(self.gates))]
         if self.allow_rank0:
             return masks
         return [mask | _strongest(alive, gate) for mask, alive, gate in zip(masks, self._alive_masks(), _listed(self.gates))]
 
+    def _mask_key(self) -> tuple:
+        """What the masks depend on, read on the host: each gate's and buffer's identity and version, the rule's settings."""
+        tensors = (*_listed(self.gates), *self._alive_masks())
+        return (self.gate_threshold, self.allow_rank0, *((id(t), t._version) for t in tensors))
+
+    def masks_latched(self) -> bool:
+        """Whether the ``alive`` buffers are the masks now: latched, and no gate, buffer or setting changed since
+        (a host check of version counters: in-place writes bump them). Never while ``torch.compile`` traces."""
+        return not torch.compiler.is_compiling() and self.__dict__.get("_latched_key") == self._mask_key()
+
+    def note_latched(self) -> None:
+        """The ``alive`` buffers were just set to the masks (by ``_latch`` or by a bulk latch over many layers)."""
+        self.__dict__["_latched_key"] = self._mask_key()
+
     def bond_scales(self) -> list[torch.Tensor]:
-        """Each bond's masked gate in the cores' dtype: the scale of core ``k``'s right rank axis."""
-        masks = self.gate_masks()
+        """Each bond's masked gate in the cores' dtype: the scale of core ``k``'s right rank axis.
+
+        Latched, the gates themselves (``grad_masked``): a latch zeroes the gates it finds dead, so the mask would change
+        nothing forward; backward it still stops their gradient.
+        """
+        if self.masks_latched():
+            scales = [grad_masked(gate, alive) for gate, alive in zip(_listed(self.gates), self._alive_masks())]
+            return [s if s.dtype == core.dtype else s.to(core.dtype) for core, s in zip(_listed(self.cores), scales)]
+        masks = self._rule_masks()
         if self.training and not torch.compiler.is_compiling():  # compiled: the trainer latches (rank.latch_dead_gates_)
             self._latch(masks)
         return [(gate * mask).to(core.dtype) for core, gate, mask in zip(_listed(self.cores), _listed(self.gates), masks)]
 
-    def gated_cores(self) -> list[torch.Tensor]:
-        """Cores with each bond's masked gate folded into the core on its left."""
+    def gated_cores(self, unfolded: int | None = None, scales: list[torch.Tensor] | None = None) -> list[torch.Tensor]:
+        """Cores with each bond's masked gate (``scales``: ``bond_scales()``) folded into the core on its left, but bond
+        ``unfolded``'s if given."""
         cores = _listed(self.cores)
-        for k, scale in enumerate(self.bond_scales()):
-            cores[k] = cores[k] * scale
+        for k, scale in enumerate(self.bond_scales() if scales is None else scales):
+            if k != unfolded:
+                cores[k] = cores[k] * scale
         return cores
 
     @torch.no_grad()
     def _latch(self, masks: list[torch.Tensor]) -> None:
-        """Dead gates stay dead, whatever the optimizer does later: the alive buffers only ever lose indices."""
-        for alive, mask in zip(self._alive_masks(), masks):
-            alive.copy_(mask)
+        """Dead gates stay dead, whatever the optimizer does later: the alive buffers only ever lose indices, and the
+        dead gates are set to zero (so that a latched forward needs no mask)."""
+        alive = self._alive_masks()
+        torch._foreach_copy_(alive, masks)
+        torch._foreach_mul_(_listed(self.gates), alive)
+        self.note_latched()
 
     @torch.no_grad()
     def kill_(self, bond: int, indices: Sequence[int]) -> None:
@@ -233,13 +284,15 @@ class TTModule(TensorizedModule):
         return m, n, s
 
     def latch_dead_gates_(self) -> None:
-        """Mark the gates now at or below the threshold dead for good (forward does it in eager training).
+        """Mark the gates now at or below the threshold dead for good (forward does it in eager training; nothing to do
+        when the masks are latched already).
 
         A ``torch.compile``d forward leaves it out (an in-place buffer update in a step that calls the
         layer twice breaks the compiled backward); whoever trains a compiled model calls this after each
         step (``ComeraCallback`` does).
         """
-        self._latch(self.gate_masks())
+        if not self.masks_latched():
+            self._latch(self._rule_masks())
 
     def dead_output(self, shape: tuple[int, ...], inputs: torch.Tensor) -> torch.Tensor:
         """Zeros of ``shape``: the output of a train with a bond at rank 0, still tied to its inputs and parameters.

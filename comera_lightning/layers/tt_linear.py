@@ -14,6 +14,7 @@ from comera_lightning.layers.contraction import chain_cost, contract_chain, tt_s
 from comera_lightning.layers.inference_cache import caching_allowed
 from comera_lightning.layers.interface import LayerSummary, format_modes
 from comera_lightning.layers.shapes import bond_rank_caps, cheapest, factorize, prod
+from comera_lightning.layers.two_factor import gated_two_factor
 
 __all__ = ["TTLinear"]
 
@@ -178,10 +179,29 @@ class TTLinear(TTModule):
         """The cut (number of cores on the left) with the fewest multiply-adds for ``tokens`` rows."""
         return cheapest(range(1, len(self.cores)), lambda s: (self._split_cost(s, tokens, contract), abs(s - len(self.in_modes))))
 
-    def halves(self, split: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """The cores left of bond ``split`` contracted to ``(1, ∏ left modes, r)``, those right of it to ``(r, ∏ right modes, 1)``."""
-        cores = self.gated_cores()
-        return contract_chain(cores[:split]), contract_chain(cores[split:])
+    def halves(self, split: int, gate_apart: bool = False) -> tuple[torch.Tensor, ...]:
+        """The cores left of bond ``split`` contracted to ``(1, ∏ left modes, r)``, those right of it to ``(r, ∏ right modes, 1)``.
+
+        ``gate_apart``: bond ``split - 1``'s gate is not folded into the left half but returned third (``(r,)``).
+        """
+        if not gate_apart:
+            cores = self.gated_cores()
+            return contract_chain(cores[:split]), contract_chain(cores[split:])
+        scales = self.bond_scales()
+        cores = self.gated_cores(unfolded=split - 1, scales=scales)
+        return contract_chain(cores[:split]), contract_chain(cores[split:]), scales[split - 1]
+
+    def _two_factor(self, x2: torch.Tensor, split: int) -> torch.Tensor:
+        """Training at the cut between input and output cores: ``x · A diag(g) · B + b`` as one autograd step
+        (``two_factor.py``), ``g`` the split bond's gate, the other bonds' gates folded into their cores."""
+        left, right, gate = self.halves(split, gate_apart=True)
+        rank = left.shape[-1]
+        a, b = left.reshape(-1, rank), right.reshape(rank, -1)
+        if a.shape[0] != self.in_features:  # padded modes (a slice costs a kernel in backward: only where needed)
+            a = a[: self.in_features]
+        if b.shape[1] != self.out_features:
+            b = b[:, : self.out_features]
+        return gated_two_factor(x2, a, gate, b, self.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.shape[-1] != self.in_features:
@@ -197,6 +217,8 @@ class TTLinear(TTModule):
             left, right = self.cached(("halves", split), lambda: self.halves(split))
         else:
             split = self.best_split(tokens)
+            if split == len(self.in_modes):  # the usual cut: the split bond's gate stays apart, the rank intermediate is recomputed
+                return self._two_factor(x2, split).reshape(*lead, self.out_features)
             left, right = self.halves(split)
         rank = left.shape[-1]
         p_in, p_out, n_in = prod(self.in_modes), prod(self.out_modes), len(self.in_modes)

@@ -117,7 +117,7 @@ class CoreStepScale:
         # Every core, held by this optimizer or not: one it does not step has a zero step, which stays zero. Read
         # from the layer at every step: pruning replaces the cores.
         self._moving = [layer.cores[k].detach() for _, members, _ in self._groups for layer, indices in members for k in indices]
-        self._before = [core.clone() for core in self._moving]
+        self._before = torch._foreach_mul(self._moving, 1.0) if self._moving else []  # copies, in one kernel
 
     @torch.no_grad()
     def _stretch(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:

@@ -16,7 +16,7 @@ the step's ``lr`` is fixed). Plain torch.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -47,10 +47,14 @@ class GateOptimizer:
         self.scaler: Any = None  # the GradScaler whose scale is on the gate gradients (attributes only: ddp_spawn pickles this)
         self._hook: Any = None
         self._pending: dict[str, Any] | None = None
+        self.after_step: Callable[[], None] | None = None
 
-    def attach(self, gates: Sequence[nn.Parameter], optimizers: Sequence[torch.optim.Optimizer]) -> None:
-        """Take ``gates`` out of ``optimizers`` and start stepping them after the first optimizer that held any."""
+    def attach(self, gates: Sequence[nn.Parameter], optimizers: Sequence[torch.optim.Optimizer],
+               after_step: Callable[[], None] | None = None) -> None:
+        """Take ``gates`` out of ``optimizers`` and start stepping them after the first optimizer that held any;
+        ``after_step`` runs after every step that moved them (the callback latches the masks there, once for all layers)."""
         self.detach()
+        self.after_step = after_step
         gates = [g for g in gates if g.requires_grad]
         if not gates:
             return
@@ -108,27 +112,35 @@ class GateOptimizer:
             if not all(bool(torch.isfinite(g).all()) for g in grads):
                 self.zero_grad()
                 return
-        sensitivity = [(g, (g.detach() * g.grad).abs()) for g in self.parameters() if g.grad is not None]
-        if self.frozen:
-            self._track(sensitivity)
-            self.zero_grad()
-            return
-        self.optimizer.step()
-        self._track(sensitivity)
+        held = [g for g in self.parameters() if g.grad is not None]
+        sensitivity = torch._foreach_mul([g.detach() for g in held], [g.grad for g in held]) if held else []
+        if sensitivity:
+            torch._foreach_abs_(sensitivity)
+        if not self.frozen:
+            self.optimizer.step()
+        self._track(held, sensitivity)
         self.zero_grad()
+        if not self.frozen and self.after_step is not None:
+            self.after_step()
 
     def freeze(self, frozen: bool = True) -> None:
         """Stop (or resume) moving the gates; their importance is still tracked (a budget decides which ranks go)."""
         self.frozen = frozen
 
-    def _track(self, sensitivity: list[tuple[nn.Parameter, torch.Tensor]]) -> None:
-        """Fold this step's sensitivities into each gate's smoothed importance (kept in Adam's state)."""
-        for gate, value in sensitivity:
+    def _track(self, gates: list[nn.Parameter], sensitivity: list[torch.Tensor]) -> None:
+        """Fold this step's sensitivities into each gate's smoothed importance (kept in Adam's state), in two
+        multi-tensor kernels."""
+        running, fresh = [], []
+        for gate, value in zip(gates, sensitivity):
             state = self.optimizer.state[gate]
             if "importance" in state:
-                state["importance"].mul_(IMPORTANCE_SMOOTHING).add_(value, alpha=1 - IMPORTANCE_SMOOTHING)
+                running.append(state["importance"])
+                fresh.append(value)
             elif state:  # Adam sets its state up at its first step: until then an entry of ours would stop it doing so
-                state["importance"] = value.clone()
+                state["importance"] = value
+        if running:
+            torch._foreach_mul_(running, IMPORTANCE_SMOOTHING)
+            torch._foreach_add_(running, fresh, alpha=1 - IMPORTANCE_SMOOTHING)
 
     def importance_of(self, gate: nn.Parameter) -> torch.Tensor | None:
         """Each index's smoothed sensitivity |g · ∂L/∂g| (the first-order loss change if it died); None before a step.

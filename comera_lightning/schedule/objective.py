@@ -22,6 +22,7 @@ import torch
 
 from comera_lightning._checks import check_number
 from comera_lightning.layers import TTModule
+from comera_lightning.layers.gate_bank import GateBank
 from comera_lightning.rank import SURROGATES, active_size, size_surrogate, size_surrogates, surrogate_normalizer
 from comera_lightning.schedule.guard import QualityGuard
 
@@ -66,6 +67,7 @@ class ComeraObjective:
         self.loss_target: float | None = None
         self.normalizer: float | None = None
         self.layers: list[TTModule] = []
+        self.bank = GateBank([])  # the layers' gates in bulk: the size terms in a few kernels a step
         self.last: dict[str, torch.Tensor] = {}
         self._kept: dict[str, torch.Tensor] = {}
 
@@ -75,6 +77,7 @@ class ComeraObjective:
     def bind(self, layers: Sequence[TTModule]) -> None:
         """Work on these TT layers; the surrogate's denominator is fixed the first time (pruning must not make R jump)."""
         self.layers = list(layers)
+        self.bank = GateBank(self.layers)
         if self.normalizer is None:
             self.normalizer = surrogate_normalizer(self.layers, self.surrogate)
 
@@ -82,16 +85,16 @@ class ComeraObjective:
         """The objective of ``stage`` for ``task_loss``; its terms (detached) go to ``last``."""
         guarded = stage == "late" and self.late == "guarded"
         if guarded:  # each bond's strongest rank is spared in the size term: it never cuts a layer off
-            surrogate, spared = size_surrogates(self.layers, self.surrogate, self.normalizer)
+            surrogate, spared = size_surrogates(self.bank, self.surrogate, self.normalizer)
         else:
-            surrogate = size_surrogate(self.layers, self.surrogate, self.normalizer)
+            surrogate = size_surrogate(self.bank, self.surrogate, self.normalizer)
         loss = task_loss.detach().float()
         self.last = self._keep(task_loss=loss, size_surrogate=surrogate)
         if stage == "early":
             return task_loss + self.rank_weight * surrogate
         if stage == "final" or self.late == "budget":
             return task_loss
-        size = active_size(self.layers).clamp_min(1.0)  # a model pruned to nothing must not divide by zero
+        size = active_size(self.bank).clamp_min(1.0)  # a model pruned to nothing must not divide by zero
         if guarded:
             lam = self.guard.pressure(loss) * (size > self.size_target).to(loss.dtype)
             self.last.update(self._keep(lam=lam, active_size=size))
@@ -111,7 +114,7 @@ class ComeraObjective:
 
     def enter_late(self, loss_target: float) -> None:
         """Fix S (the active size now), S₀ (``end_size(S)``: target_ratio·S unless a budget says otherwise) and L₀."""
-        self.size_at_switch = float(active_size(self.layers))
+        self.size_at_switch = float(active_size(self.bank))
         self.size_asked = float(self.end_size(self.size_at_switch))  # above S when the layers started smaller than asked
         self.size_target = min(self.size_at_switch, self.size_asked)
         self.loss_target = float(loss_target)

@@ -108,9 +108,9 @@ def count_contractions(model: nn.Module) -> list[int]:
         name = "half_tables" if hasattr(layer, "half_tables") else "halves"
         original = getattr(layer, name)
 
-        def counted(*args, _original=original):
+        def counted(*args, _original=original, **kwargs):
             calls[0] += 1
-            return _original(*args)
+            return _original(*args, **kwargs)
 
         setattr(layer, name, counted)
     return calls
