@@ -3,7 +3,9 @@
 Workloads (``--check``: the same code on CPU with tiny shapes):
 
 * ``llama60m``: the quality race's causal LM (``benchmarks/quality``) at LLaMA-60M's shape: width 512, 8 blocks,
-  FFN 1,376, vocabulary 32,000, 256 tokens, batch 32; ``llama130m``: width 768, 12 blocks, FFN 2,048;
+  FFN 1,376, vocabulary 32,000, 256 tokens, batch 32; ``llama130m``: width 768, 12 blocks, FFN 2,048; ``llama350m``:
+  width 1,024, 24 blocks, FFN 2,736; ``llama1b``: width 2,048, 24 blocks, FFN 5,461 (GaLore's shapes; batch 32 of 256
+  tokens: LLaMA-1B's dense bf16-mixed step needs about 50 GB);
 * ``transformer``: the paper's ``SentencePairClassifier``: 6 encoders, d_model 768, d_ff 3,072, 30,522 rows,
   128 tokens, batch 32.
 
@@ -54,11 +56,15 @@ WORKLOADS = {w.name: w for w in (
     Workload("llama60m", "llama", 512, 8, 1376, 32000, 256, 32),
     Workload("transformer", "transformer", 768, 6, 3072, 30522, 128, 32, heads=12),
     Workload("llama130m", "llama", 768, 12, 2048, 32000, 256, 32),
+    Workload("llama350m", "llama", 1024, 24, 2736, 32000, 256, 32),
+    Workload("llama1b", "llama", 2048, 24, 5461, 32000, 256, 32),
 )}
 CHECK_WORKLOADS = {w.name: w for w in (
     Workload("llama60m", "llama", 32, 2, 64, 256, 16, 2),
     Workload("transformer", "transformer", 32, 2, 64, 500, 16, 2, heads=2),
     Workload("llama130m", "llama", 48, 2, 96, 256, 16, 2),
+    Workload("llama350m", "llama", 64, 2, 128, 256, 16, 2),
+    Workload("llama1b", "llama", 64, 4, 128, 256, 16, 2),
 )}
 
 #: The paper's ranks (30, 32) compress nothing at ``--check``'s widths.

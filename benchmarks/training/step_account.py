@@ -1,7 +1,7 @@
 """The step account: what one training step asks of a device, dense and CoMERA side by side, counted on CPU.
 
-For each GPU workload (``gpu_runs.py``'s LLaMA-60M and -130M shapes, plus -350M and -1B; the paper's Transformer with
-the callback's defaults and in the paper's layout) a real ``Trainer.fit`` runs dense and with ``ComeraCallback`` (early
+For each GPU workload (``gpu_runs.py``'s LLaMA-60M, -130M, -350M and -1B shapes; the paper's Transformer with the
+callback's defaults and in the paper's layout) a real ``Trainer.fit`` runs dense and with ``ComeraCallback`` (early
 stage: every rank alive, its slowest step), and ``op_tally.OpTally`` counts steps ``--warmup`` to ``--warmup +
 --steps`` (from the start of the first to the start of the one after the last, divided by the count): kernels per step
 by phase (forward, backward, optimizer, the callback's own work: its objective, the optimizer's step hooks, its batch
@@ -41,21 +41,10 @@ from torch.utils.data import DataLoader
 
 from benchmarks.probes import RESULTS, command_line, machine_basics
 from benchmarks.tensor_memory import profiled_peak, storage_bytes
-from benchmarks.training.gpu_runs import SYSTEMS, SyntheticTokens, Workload, build_module, system_callbacks
+from benchmarks.training.gpu_runs import (CHECK_WORKLOADS, SYSTEMS, WORKLOADS, SyntheticTokens, Workload, build_module,
+                                          system_callbacks)
 from benchmarks.training.op_tally import PHASES, OpTally, PhaseCount, PhaseMarks
 
-#: The GaLore / CoLA LLaMA shapes (width, blocks, FFN) and the paper's Transformer.
-ACCOUNT_WORKLOADS = {w.name: w for w in (
-    Workload("llama60m", "llama", 512, 8, 1376, 32000, 256, 32),
-    Workload("llama130m", "llama", 768, 12, 2048, 32000, 256, 32),
-    Workload("llama350m", "llama", 1024, 24, 2736, 32000, 256, 32),
-    Workload("llama1b", "llama", 2048, 24, 5461, 32000, 256, 32),
-    Workload("transformer", "transformer", 768, 6, 3072, 30522, 128, 32, heads=12),
-)}
-CHECK_ACCOUNT_WORKLOADS = {w.name: w for w in (
-    Workload("llama60m", "llama", 32, 2, 64, 256, 16, 2),
-    Workload("transformer", "transformer", 32, 2, 64, 500, 16, 2, heads=2),
-)}
 #: Dense training state (fp32 weights, gradients, AdamW's two moments) above this is counted at two depths, extended.
 DIRECT_STATE_LIMIT = 12 * 2**30
 EXTEND_DEPTHS = (2, 4)
@@ -177,8 +166,11 @@ def account_row(workload: Workload, system: str, args: argparse.Namespace) -> di
 
 
 def _dense_parameters(workload: Workload) -> int:
+    """The dense model's parameters, counted on the meta device."""
     with torch.device("meta"):
-        return sum(p.numel() for p in build_module(workload).parameters()) if workload.kind == "llama" else 0
+        module = build_module(workload)
+        module.configure_model()
+        return sum(p.numel() for p in module.parameters())
 
 
 def add_ratios(rows: list[dict[str, Any]]) -> None:
@@ -228,7 +220,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--check", action="store_true", help="tiny shapes")
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
-    known = CHECK_ACCOUNT_WORKLOADS if args.check else ACCOUNT_WORKLOADS
+    known = CHECK_WORKLOADS if args.check else WORKLOADS
     args.models = [m for m in args.models.split(",") if m]
     args.systems = [s for s in args.systems.split(",") if s]
     unknown = [m for m in args.models if m not in known] + [s for s in args.systems if s not in SYSTEMS["transformer"]]
@@ -239,7 +231,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 def plan(args: argparse.Namespace) -> list[tuple[Workload, str]]:
     """(workload at the account's sequence length, system) for every system the workload's kind has."""
-    known = CHECK_ACCOUNT_WORKLOADS if args.check else ACCOUNT_WORKLOADS
+    known = CHECK_WORKLOADS if args.check else WORKLOADS
     shaped = {name: replace(w, seq=args.seq or w.seq) for name, w in known.items()}
     return [(shaped[m], s) for m in args.models for s in args.systems if s in SYSTEMS[shaped[m].kind]]
 

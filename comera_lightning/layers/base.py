@@ -19,6 +19,7 @@ from torch import nn
 
 from comera_lightning.layers.bond_basis import svd_basis
 from comera_lightning.layers.contraction import contract_chain
+from comera_lightning.layers.gate_masks import grad_masked, rule_masks
 from comera_lightning.layers.inference_cache import InferenceCache, caching_allowed
 from comera_lightning.layers.interface import TensorizedModule
 
@@ -41,34 +42,6 @@ def _listed(params: nn.ParameterList) -> list[torch.Tensor]:
     iterating where a wrapper took the tensors out of the dict."""
     values = list(params._parameters.values())
     return values if len(values) == len(params) else list(params)
-
-
-def _strongest(alive: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
-    """The live index of the largest gate as a one-hot mask (all False when nothing is live), on device."""
-    if alive.numel() == 0:
-        return alive
-    index = torch.where(alive, gate.detach().abs(), -1.0).argmax().reshape(1)
-    return torch.zeros_like(alive).scatter(0, index, alive.gather(0, index))
-
-
-class _GradMasked(torch.autograd.Function):
-    """``value`` itself forward (no kernel); in backward its gradient times ``mask``."""
-
-    @staticmethod
-    def forward(ctx: object, value: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        ctx.save_for_backward(mask)
-        return value.view_as(value)
-
-    @staticmethod
-    def backward(ctx: object, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
-        (mask,) = ctx.saved_tensors
-        return grad * mask, None
-
-
-def grad_masked(value: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """``value`` whose gradient is zero where ``mask`` is False: a latched gate (dead ones already at zero) needs no
-    mask forward, but a dead gate still gets no gradient."""
-    return _GradMasked.apply(value, mask)
 
 
 def _fresh_parameter(value: torch.Tensor, like: nn.Parameter) -> nn.Parameter:
@@ -188,21 +161,12 @@ class TTModule(TensorizedModule):
         return [self._buffers[f"alive_{k}"] for k in range(len(self.gates))]
 
     def gate_masks(self) -> list[torch.Tensor]:
-        """Boolean mask of the live indices of every bond (on device, no host sync).
-
-        A NaN gate stays live (``not gate <= threshold``): a numerical fault must show in the
-        outputs, not be pruned away as if the rank had died. Unless ``allow_rank0``, each bond's
-        strongest live gate stays live whatever its value: no bond dies. When nothing changed since
-        the masks were last latched (``masks_latched``), they are the ``alive`` buffers as they are: no kernel runs.
-        """
+        """Boolean mask of the live indices of every bond, on device, by the rule of ``gate_masks.py`` (a NaN gate stays
+        live; unless ``allow_rank0``, no bond dies). Latched (``masks_latched``): the ``alive`` buffers, no kernel."""
         return self._alive_masks() if self.masks_latched() else self._rule_masks()
 
     def _rule_masks(self) -> list[torch.Tensor]:
-        """The masks computed from the gates by the rule ``gate_masks`` states."""
-        masks = [alive & ~(gate <= self.gate_threshold) for alive, gate in zip(self._alive_masks(), _listed(self.gates))]
-        if self.allow_rank0:
-            return masks
-        return [mask | _strongest(alive, gate) for mask, alive, gate in zip(masks, self._alive_masks(), _listed(self.gates))]
+        return rule_masks(self._alive_masks(), _listed(self.gates), self.gate_threshold, self.allow_rank0)
 
     def _mask_key(self) -> tuple:
         """What the masks depend on, read on the host: each gate's and buffer's identity and version, the rule's settings."""
@@ -219,11 +183,8 @@ class TTModule(TensorizedModule):
         self.__dict__["_latched_key"] = self._mask_key()
 
     def bond_scales(self) -> list[torch.Tensor]:
-        """Each bond's masked gate in the cores' dtype: the scale of core ``k``'s right rank axis.
-
-        Latched, the gates themselves (``grad_masked``): a latch zeroes the gates it finds dead, so the mask would change
-        nothing forward; backward it still stops their gradient.
-        """
+        """Each bond's masked gate in the cores' dtype: the scale of core ``k``'s right rank axis. Latched, the gates
+        themselves (``grad_masked``): a latch zeroes the dead ones, so only their gradient needs the mask."""
         if self.masks_latched():
             scales = [grad_masked(gate, alive) for gate, alive in zip(_listed(self.gates), self._alive_masks())]
             return [s if s.dtype == core.dtype else s.to(core.dtype) for core, s in zip(_listed(self.cores), scales)]

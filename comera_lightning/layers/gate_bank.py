@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 import torch
 
-from comera_lightning.layers.base import TTModule, _listed, grad_masked
+from comera_lightning.layers.base import TTModule, _listed
+from comera_lightning.layers.gate_masks import grad_masked
 
 __all__ = ["GateBank"]
 

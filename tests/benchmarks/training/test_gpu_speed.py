@@ -58,7 +58,7 @@ def test_the_plan_runs_cheap_rows_first_and_budget_skips_the_rest(bench):
 def test_unknown_names_are_refused_with_the_choices(bench, capsys):
     with pytest.raises(SystemExit):
         bench.parse(["--models", "llama7b"])
-    assert "unknown ['llama7b']; choose among ['llama60m', 'transformer', 'llama130m']" in capsys.readouterr().err
+    assert "unknown ['llama7b']; choose among ['llama60m', 'transformer', 'llama130m', 'llama350m', 'llama1b']" in capsys.readouterr().err
 
 
 
