@@ -44,18 +44,11 @@ def optimizer_state_bytes(optimizer: Any) -> int:
 
 def allocation_peak(step: Callable[[], object]) -> tuple[int, int]:
     """Run ``step`` under the profiler; (highest net bytes allocated at any moment, net bytes at the end)."""
+    import torch
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         step()
-    return profiled_peak(prof)
-
-
-def profiled_peak(prof: Any) -> tuple[int, int]:
-    """A finished ``torch.profiler.profile(profile_memory=True)``'s (highest net bytes allocated on the CPU at any
-    moment, net bytes at the end)."""
-    import torch
-
     cpu = torch._C._autograd.DeviceType.CPU
     events = sorted((e for e in prof.profiler.kineto_results.events()
                      if e.name() == "[memory]" and e.device_type() == cpu), key=lambda e: e.start_ns())

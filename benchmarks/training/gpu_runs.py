@@ -108,12 +108,15 @@ def build_module(workload: Workload) -> L.LightningModule:
 
 
 def system_callbacks(system: str, check: bool) -> list[L.Callback]:
-    """Nothing for dense; the callback (early stage throughout) with the defaults or the paper's layout."""
+    """Nothing for dense; the callback (early stage throughout) with the defaults, the paper's layout, or (``comera-end``)
+    at the default budget's end size from the start (fixed ranks: its compute at the end of the late stage)."""
     if system == "dense":
         return []
-    from comera_lightning import ComeraCallback, TensorizeConfig
+    from comera_lightning import BudgetConfig, ComeraCallback, TensorizeConfig
 
     options: dict[str, Any] = {"early_steps": 10**9}
+    if system == "comera-end":
+        options["budget"] = BudgetConfig(adapt=False)
     if system == "comera-paper":
         from benchmarks.training.transformer_systems import TENSORIZE
 

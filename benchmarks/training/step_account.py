@@ -14,10 +14,11 @@ samples (default 1); ``--at-batch N`` counts at batches 1 and 2 and extends ever
 fixed sequence length each op's work is affine in the batch; kernels and state do not depend on it). Kernels are taken from
 batch 2 (a Hugging Face model dispatches a few more ops at batch 1). A model whose dense training state would not fit
 this host (LLaMA-1B: 21 GB) is counted at 2 and 4 blocks and extended linearly to its depth (its blocks are alike;
-ranks as the callback chooses at those depths). The peak is extended the same way (activations and state grow
-linearly in batch and depth). Each row says how it was counted.
-``--precision bf16-mixed`` counts the casts autocast adds (as the GPU runs do). Peak tensor bytes: what is alive when
-a counted step starts plus the CPU allocator's peak during it (``tensor_memory.py``).
+ranks as the callback chooses at those depths). Each row says how it was counted. ``--precision bf16-mixed`` counts
+the casts autocast adds (as the GPU runs do). The memory floor: state plus saved activations (``add_floor``); a
+GPU's peak adds the largest op's transients (``gpu_speed.py`` measures it). Systems: ``dense``, ``comera`` (the
+defaults' early stage, at twice the 4x budget's end size), ``comera-end`` (the 4x budget's end size, the compute of
+the late stage's end), ``comera-paper`` (the Transformer in the paper's layout).
 ``--check``: tiny shapes (the tests run it).
 
     python -m benchmarks.training.step_account [--models llama60m,transformer] [--systems dense,comera,comera-paper]
@@ -36,15 +37,15 @@ from typing import Any
 
 import lightning as L
 import torch
-from torch.profiler import ProfilerActivity, profile
 from torch.utils.data import DataLoader
 
 from benchmarks.probes import RESULTS, command_line, machine_basics
-from benchmarks.tensor_memory import profiled_peak, storage_bytes
 from benchmarks.training.gpu_runs import (CHECK_WORKLOADS, SYSTEMS, WORKLOADS, SyntheticTokens, Workload, build_module,
                                           system_callbacks)
 from benchmarks.training.op_tally import PHASES, OpTally, PhaseCount, PhaseMarks
 
+#: gpu_speed's systems and the default budget at its end size.
+ACCOUNT_SYSTEMS = {kind: (*systems, "comera-end") for kind, systems in SYSTEMS.items()}
 #: Dense training state (fp32 weights, gradients, AdamW's two moments) above this is counted at two depths, extended.
 DIRECT_STATE_LIMIT = 12 * 2**30
 EXTEND_DEPTHS = (2, 4)
@@ -59,32 +60,6 @@ class ForeachOptimizers(L.Callback):
             if "foreach" in optimizer.defaults:
                 for group in optimizer.param_groups:
                     group["foreach"] = True
-
-
-class StepPeak(L.Callback):
-    """Peak tensor bytes of training step ``step``: what is alive when it starts, plus the allocator's peak during it."""
-
-    def __init__(self, step: int) -> None:
-        self.step, self.before, self.peak, self._profile = step, 0, 0, None
-
-    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int) -> None:
-        if trainer.global_step == self.step:
-            params = list(pl_module.parameters())
-            state = [t for opt in _all_optimizers(trainer, trainer.callbacks) for s in opt.state.values() for t in s.values()]
-            self.before = storage_bytes([*params, *(p.grad for p in params), *state, *batch.values()])
-            self._profile = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
-            self._profile.__enter__()
-        elif self._profile is not None:
-            self._stop()
-
-    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if self._profile is not None:
-            self._stop()
-
-    def _stop(self) -> None:
-        self._profile.__exit__(None, None, None)
-        self.peak = self.before + profiled_peak(self._profile)[0]
-        self._profile = None
 
 
 def state_bytes(module: torch.nn.Module, optimizers: list[torch.optim.Optimizer]) -> dict[str, int]:
@@ -103,12 +78,12 @@ def _all_optimizers(trainer: L.Trainer, callbacks: list[L.Callback]) -> list[tor
 
 def count_run(workload: Workload, system: str, args: argparse.Namespace) -> dict[str, Any]:
     """One system's account at ``workload``'s shape: a fit of ``warmup + steps + 1`` steps, steps ``warmup..`` counted."""
-    tally, peak = OpTally(), StepPeak(args.warmup)
+    tally = OpTally()
     first, last = PhaseMarks(tally, args.warmup, args.steps), PhaseMarks(tally, args.warmup, args.steps, at_end=True)
     system_cbs = system_callbacks(system, args.check)
     total = args.warmup + args.steps + 1
     trainer = L.Trainer(accelerator="cpu", devices=1, max_steps=total, precision=args.precision,
-                        callbacks=[first, *system_cbs, last, ForeachOptimizers(), peak], logger=False,
+                        callbacks=[first, *system_cbs, last, ForeachOptimizers()], logger=False,
                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                         limit_val_batches=0, num_sanity_val_steps=0)
     module = build_module(workload)
@@ -125,8 +100,14 @@ def count_run(workload: Workload, system: str, args: argparse.Namespace) -> dict
             "gemm_flops": per_step(overall.gemm_flops), "other_bytes": per_step(overall.other_bytes),
             "kernels_by_phase": {phase: per_step(tally.counts[phase].kernels) for phase in PHASES},
             "top_ops": {phase: {name: per_step(n) for name, n in tally.counts[phase].ops.most_common(40)} for phase in PHASES},
-            "saved_bytes": first.saved.total, "peak_bytes": peak.peak, "parameters": sum(p.numel() for p in module.parameters()),
+            "saved_bytes": first.saved.total, "parameters": sum(p.numel() for p in module.parameters()),
             **state_bytes(module, _all_optimizers(trainer, system_cbs))}
+
+
+def add_floor(row: dict[str, Any]) -> None:
+    """``floor_bytes``: parameters, gradients, optimizer state and the activations saved for backward, all alive at the
+    end of a forward: what a step needs at least (a GPU's peak adds the transients of the largest op)."""
+    row["floor_bytes"] = row["parameter_bytes"] + row["gradient_bytes"] + row["optimizer_state_bytes"] + row["saved_bytes"]
 
 
 #: What a batch does not change (HF models dispatch a few extra ops at batch 1): taken from the larger batch's count.
@@ -162,7 +143,9 @@ def account_row(workload: Workload, system: str, args: argparse.Namespace) -> di
         low, high = EXTEND_DEPTHS
         row = extended(at_depth(low), at_depth(high), low, high, workload.layers)
         how = f"{low} and {high} blocks, extended to {workload.layers}; batch {batch} x {workload.seq}"
-    return {**row, "counted": how, "batch": batch, "layers": workload.layers}
+    row = {**row, "counted": how, "batch": batch, "layers": workload.layers}
+    add_floor(row)
+    return row
 
 
 def _dense_parameters(workload: Workload) -> int:
@@ -174,9 +157,9 @@ def _dense_parameters(workload: Workload) -> int:
 
 
 def add_ratios(rows: list[dict[str, Any]]) -> None:
-    """CoMERA over dense of the same workload: kernels, GEMM FLOPs, other bytes, saved bytes, state bytes, peak."""
+    """CoMERA over dense of the same workload: kernels, GEMM FLOPs, other bytes, saved bytes, state bytes, the memory floor."""
     dense = {r["model"]: r for r in rows if r["system"] == "dense"}
-    keys = ("kernels", "gemm_flops", "other_bytes", "saved_bytes", "parameter_bytes", "optimizer_state_bytes", "peak_bytes")
+    keys = ("kernels", "gemm_flops", "other_bytes", "saved_bytes", "parameter_bytes", "optimizer_state_bytes", "floor_bytes")
     for row in rows:
         base = dense.get(row["model"])
         row["x_dense"] = {k: row[k] / base[k] if base and base.get(k) and row.get(k) is not None else None for k in keys}
@@ -195,22 +178,22 @@ def markdown(result: dict[str, Any]) -> str:
     lines = [f"Step account on **{result['machine']['cpu']}** (counted on CPU, torch {result['machine']['torch']}, "
              f"{result['config']['precision']}, {result['date']}): `{result['command']}`", "",
              "| model | system | kernels/step | fwd | bwd | opt | callback | loop | × dense kernels | GEMM GFLOP | "
-             "× dense FLOPs | saved MiB | × dense saved | state MiB | peak MiB | × dense peak | counted |", "|" + "---|" * 17]
+             "× dense FLOPs | saved MiB | × dense saved | state MiB | floor MiB | × dense floor | counted |", "|" + "---|" * 17]
     for r in result["rows"]:
         phases, x = r["kernels_by_phase"], r["x_dense"]
         state = r["parameter_bytes"] + r["gradient_bytes"] + r["optimizer_state_bytes"]
         lines.append(
             f"| {r['model']} | {r['system']} | {r['kernels']:,.0f} | " + " | ".join(f"{phases[p]:,.0f}" for p in PHASES)
             + f" | {_ratio(x['kernels'])} | {r['gemm_flops'] / 1e9:,.2f} | {_ratio(x['gemm_flops'])} | "
-            f"{_mib(r['saved_bytes'])} | {_ratio(x['saved_bytes'])} | {_mib(state)} | {_mib(r['peak_bytes'])} | "
-            f"{_ratio(x['peak_bytes'])} | {r['counted']} |")
+            f"{_mib(r['saved_bytes'])} | {_ratio(x['saved_bytes'])} | {_mib(state)} | {_mib(r['floor_bytes'])} | "
+            f"{_ratio(x['floor_bytes'])} | {r['counted']} |")
     return "\n".join(lines) + "\n"
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="llama60m,transformer")
-    parser.add_argument("--systems", default="dense,comera,comera-paper")
+    parser.add_argument("--systems", default="dense,comera,comera-end,comera-paper")
     parser.add_argument("--batch", type=int, default=1, help="samples per counted step")
     parser.add_argument("--at-batch", type=int, default=None, help="count at batches 1 and 2, extend to this one")
     parser.add_argument("--seq", type=int, default=None, help="tokens per sample (default: the workload's)")
@@ -223,9 +206,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     known = CHECK_WORKLOADS if args.check else WORKLOADS
     args.models = [m for m in args.models.split(",") if m]
     args.systems = [s for s in args.systems.split(",") if s]
-    unknown = [m for m in args.models if m not in known] + [s for s in args.systems if s not in SYSTEMS["transformer"]]
+    unknown = [m for m in args.models if m not in known] + [s for s in args.systems if s not in ACCOUNT_SYSTEMS["transformer"]]
     if unknown or not args.models or not args.systems:
-        parser.error(f"unknown {unknown}; models: {list(known)}; systems: {list(SYSTEMS['transformer'])}")
+        parser.error(f"unknown {unknown}; models: {list(known)}; systems: {list(ACCOUNT_SYSTEMS['transformer'])}")
     return args
 
 
@@ -233,7 +216,7 @@ def plan(args: argparse.Namespace) -> list[tuple[Workload, str]]:
     """(workload at the account's sequence length, system) for every system the workload's kind has."""
     known = CHECK_WORKLOADS if args.check else WORKLOADS
     shaped = {name: replace(w, seq=args.seq or w.seq) for name, w in known.items()}
-    return [(shaped[m], s) for m in args.models for s in args.systems if s in SYSTEMS[shaped[m].kind]]
+    return [(shaped[m], s) for m in args.models for s in args.systems if s in ACCOUNT_SYSTEMS[shaped[m].kind]]
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
