@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.setup-done
 
-.PHONY: setup test test-slow test-gpu test-wheel test-readme zoo-table demo bench clean
+.PHONY: setup test test-slow test-gpu test-wheel test-readme zoo-table demo bench docs clean
 
 setup: $(STAMP)
 
@@ -71,5 +71,10 @@ bench: setup
 bench-gpu: setup
 	$(PY) -m benchmarks.training.gpu_speed --out benchmarks/results/gpu_speed.json
 
+# The documentation site (mkdocs.yml: docs/ and the API pages from the docstrings) into site/, strictly: any warning,
+# a broken link or anchor among them, fails it (a few seconds).
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --site-dir site
+
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build site *.egg-info

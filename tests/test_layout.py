@@ -38,7 +38,7 @@ MAX_FILE_LINES = 350
 MAX_FUNCTION_LINES = 60
 MAX_CALLBACK_LINES = 200
 #: Test files that stay at the top of tests/: the root modules' tests and the checks of the whole project.
-ROOT_TESTS = {"test_layout.py", "test_optional.py", "test_rank.py", "test_readme_commands.py", "test_wheel_install.py"}
+ROOT_TESTS = {"test_docs_site.py", "test_layout.py", "test_optional.py", "test_rank.py", "test_readme_commands.py", "test_wheel_install.py"}
 #: Folders of tests/ that do not mirror a package folder.
 TEST_SUPPORT = {"helpers", "scripts", "benchmarks"}
 

@@ -29,7 +29,8 @@ from typing import Any
 
 from benchmarks.probes import RESULTS, without_out
 from benchmarks.quality.models import ModelSpec, dense_parameters, narrow_width
-from benchmarks.quality.race import data_module, fit, print_result, run_header
+from benchmarks.quality.race import data_module, run_header
+from benchmarks.quality.runs import fit, print_result
 from benchmarks.quality.settings import QUICK, QUICK_MODELS, RaceSettings, _numbers
 
 SYSTEMS = ("comera", "fixed", "narrow", "lowrank")

@@ -2,7 +2,7 @@
 
 A comparison is only fair when every system gets its best LR from the same sweep (docs/TUNING.md, "The
 long-horizon race"). Per model: each system of the race at each peak LR of ``settings.swept_lrs``
-(``race.race_at_lr``; the narrow and low-rank baselines take CoMERA's size at that LR); each system's best LR
+(``runs.race_at_lr``; the narrow and low-rank baselines take CoMERA's size at that LR); each system's best LR
 (lowest final validation loss); ``dense_time`` (dense at its best LR given CoMERA's training seconds at its
 best LR); and, with ``settings.seeds``, the headline systems rerun at their best LR with each further seed.
 """
@@ -14,7 +14,7 @@ from typing import Any
 
 from benchmarks.quality import report
 from benchmarks.quality.models import ModelSpec, dense_parameters
-from benchmarks.quality.race import fit, print_result, race_at_lr
+from benchmarks.quality.runs import fit, print_result, race_at_lr
 from benchmarks.quality.settings import RaceSettings
 
 __all__ = ["race_model", "best_lrs", "lr_key"]

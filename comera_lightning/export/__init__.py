@@ -126,7 +126,7 @@ def export(
     ``dynamic_shapes="auto"`` lets every dim vary that the model allows; pass ``None`` for static
     shapes or a ``torch.export`` spec. ``path`` must not exist unless ``overwrite=True``. The outputs
     equal ``model``'s in eval mode up to float rounding (the cores are contracted in another order:
-    about 1e-5 relative in float32). The per-layer table is logged at INFO; :func:`export_with_report`
+    about 1e-5 relative in float32). The per-layer table is logged at INFO; ``export_with_report``
     returns it.
     """
     return export_with_report(model, example_inputs, path, prefer=prefer, hot_rows=hot_rows, dynamic_shapes=dynamic_shapes,
@@ -143,7 +143,7 @@ def export_with_report(
     dynamic_shapes: Any = "auto",
     overwrite: bool = False,
 ) -> tuple[torch.export.ExportedProgram, ExportReport]:
-    """:func:`export`, and the form each TT layer took, its bytes and why, with the program's size (``ExportReport``)."""
+    """``export``, and the form each TT layer took, its bytes and why, with the program's size (``ExportReport``)."""
     check_choice(prefer, hot_rows)
     example_inputs = tuple(example_inputs)
     target = Path(path) if path is not None else None

@@ -62,7 +62,7 @@ class CUDAGraphStrategy(SingleDeviceStrategy):
         pad_values: dict-batch keys to pad along dim 1 and their pad value, e.g.
             ``{input_ids: 0, attention_mask: 0, token_type_ids: 0}`` (labels of a masked LM: -100).
         check_finite_loss: stop training when a replayed step's loss is NaN or inf (checked one step late).
-        accelerator, checkpoint_io, precision_plugin: as for ``SingleDeviceStrategy``.
+        accelerator: as for ``SingleDeviceStrategy`` (and so are ``checkpoint_io`` and ``precision_plugin``).
     """
 
     def __init__(

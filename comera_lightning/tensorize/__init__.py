@@ -127,7 +127,7 @@ def tensorize(model: nn.Module, config: TensorizeConfig | Mapping[str, Any] | No
 
     ``config`` (default ``TensorizeConfig()``) says which layers and how; keyword ``options``
     (``max_rank=16``, ``target_modules=[...]``, ...) override its fields. Already tensorized
-    layers are left as they are, so calling it twice is harmless. Raises :class:`RuleMatchError`
+    layers are left as they are, so calling it twice is harmless. Raises ``RuleMatchError``
     (a ``ValueError``) when a rule matches no module, ``ValueError`` when nothing could be swapped.
     """
     if isinstance(config, Mapping):  # e.g. the settings a checkpoint records

@@ -47,8 +47,11 @@ class TextFilesDataModule(TokenizedTextDataModule):
         tokenizer_file: a user ``tokenizer.json`` with ``<pad>`` and ``</s>`` (T5's has them) instead.
         tokenizer_chars: characters of training text the BPE learns from (the first documents').
         cache_dir: the tokenizer cache (default ``$COMERA_CACHE_DIR`` or ``~/.cache/comera_lightning``).
-        max_train_tokens / max_val_tokens: stop reading a split's documents once it holds this many tokens.
-        seed, num_workers, drop_last: the training shuffle's seed, loader workers, drop an incomplete last batch.
+        max_train_tokens: stop reading the training documents once they hold this many tokens.
+        max_val_tokens: the same for the validation documents.
+        seed: the training shuffle's seed.
+        num_workers: loader workers.
+        drop_last: drop an incomplete last batch.
     """
 
     pad_token = "<pad>"
