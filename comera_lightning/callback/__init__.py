@@ -29,6 +29,7 @@ from comera_lightning.checkpoint import install_checkpoint_loading
 from comera_lightning.checkpoint.resume import ResumeState, capture_rng_state, missed_epoch_end, run_missed_validation
 from comera_lightning.checkpoint.settings import callback_settings, warn_changed_settings
 from comera_lightning.data.resumable import record_consumed_batches
+from comera_lightning.layers.halves_group import group_halves
 from comera_lightning.optim.core_steps import DEFAULT_CORE_STEP_SCALE, CoreStepScale, CoreStepScaleArg
 from comera_lightning.optim.gates import GateOptimizer
 from comera_lightning.rank import beside_cores, compression_stats, tt_layers
@@ -257,6 +258,7 @@ def _tensorize_module(pl_module: pl.LightningModule, config: TensorizeConfig, ob
     layers = [m for _, m in tt_layers(pl_module)]
     for layer in layers:
         layer.allow_rank0 = budget.allow_rank0
+    group_halves(layers)  # layers of one core layout contract their halves together, once a step
     objective.bind(layers)
     budget.end_size(0.0, compression_stats(pl_module), beside_cores(layers))  # a budget out of reach fails now
     objective.end_size = functools.partial(_budget_end_size, budget, pl_module, layers)  # picklable (ddp_spawn)

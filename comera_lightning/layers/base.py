@@ -154,6 +154,7 @@ class TTModule(TensorizedModule):
     def __getstate__(self) -> dict:
         state = dict(super().__getstate__())
         state.pop("_inference_cache", None)  # weak references do not pickle; the cache is rebuilt anyway
+        state.pop("_halves_group", None)  # the group holds other layers: a copy contracts its own halves
         return state
 
     # ------------------------------------------------------------------ gates and ranks

@@ -52,22 +52,24 @@ def chain_cost(ranks: Sequence[int], sizes: Sequence[int]) -> int:
 
 
 def contract_chain(cores: Sequence[torch.Tensor]) -> torch.Tensor:
-    """Contract 3-D cores ``(r_{k-1}, s_k, r_k)`` into one ``(r_0, ∏ s_k, r_K)`` tensor.
+    """Contract cores ``(*batch, r_{k-1}, s_k, r_k)`` into one ``(*batch, r_0, ∏ s_k, r_K)`` tensor.
 
     The pairing order is chosen by FLOP count (matrix-chain DP); the flattened middle axis is
-    row-major over the cores' modes, left to right.
+    row-major over the cores' modes, left to right. Leading batch dimensions (several trains of one
+    layout stacked) are contracted together, one batched matmul per pairing.
     """
-    ranks = tuple(c.shape[0] for c in cores) + (cores[-1].shape[2],)
-    sizes = tuple(c.shape[1] for c in cores)
+    ranks = tuple(c.shape[-3] for c in cores) + (cores[-1].shape[-1],)
+    sizes = tuple(c.shape[-2] for c in cores)
+    lead = tuple(cores[0].shape[:-3])
     _, tree = _plan(ranks, sizes)
 
     def evaluate(node: object) -> torch.Tensor:
         if isinstance(node, int):
             return cores[node]
         left, right = evaluate(node[0]), evaluate(node[1])
-        a, sa, b = left.shape
-        _, sb, c = right.shape
-        return (left.reshape(a * sa, b) @ right.reshape(b, sb * c)).reshape(a, sa * sb, c)
+        a, sa, b = left.shape[-3:]
+        sb, c = right.shape[-2:]
+        return (left.reshape(*lead, a * sa, b) @ right.reshape(*lead, b, sb * c)).reshape(*lead, a, sa * sb, c)
 
     return evaluate(tree)
 

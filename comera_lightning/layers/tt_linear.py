@@ -194,7 +194,9 @@ class TTLinear(TTModule):
     def _two_factor(self, x2: torch.Tensor, split: int) -> torch.Tensor:
         """Training at the cut between input and output cores: ``x · A diag(g) · B + b`` as one autograd step
         (``two_factor.py``), ``g`` the split bond's gate, the other bonds' gates folded into their cores."""
-        left, right, gate = self.halves(split, gate_apart=True)
+        group = self.__dict__.get("_halves_group")  # layers of one layout contract their halves together (halves_group.py)
+        found = group.halves(self, split) if group is not None and not torch.compiler.is_compiling() else None
+        left, right, gate = found if found is not None else self.halves(split, gate_apart=True)
         rank = left.shape[-1]
         a, b = left.reshape(-1, rank), right.reshape(rank, -1)
         if a.shape[0] != self.in_features:  # padded modes (a slice costs a kernel in backward: only where needed)
