@@ -154,7 +154,8 @@ class TTModule(TensorizedModule):
     def __getstate__(self) -> dict:
         state = dict(super().__getstate__())
         state.pop("_inference_cache", None)  # weak references do not pickle; the cache is rebuilt anyway
-        state.pop("_halves_group", None)  # the group holds other layers: a copy contracts its own halves
+        state.pop("_halves_group", None)  # the group and the bank hold other layers: a copy works alone
+        state.pop("_gate_bank", None)
         return state
 
     # ------------------------------------------------------------------ gates and ranks
@@ -175,19 +176,20 @@ class TTModule(TensorizedModule):
         return (self.gate_threshold, self.allow_rank0, *((id(t), t._version) for t in tensors))
 
     def masks_latched(self) -> bool:
-        """Whether the ``alive`` buffers are the masks now: latched, and no gate, buffer or setting changed since
-        (a host check of version counters: in-place writes bump them). Never while ``torch.compile`` traces."""
+        """Whether the ``alive`` buffers are the masks now (nothing changed since the latch: in-place writes bump versions)."""
         return not torch.compiler.is_compiling() and self.__dict__.get("_latched_key") == self._mask_key()
 
     def note_latched(self) -> None:
-        """The ``alive`` buffers were just set to the masks (by ``_latch`` or by a bulk latch over many layers)."""
+        """The ``alive`` buffers were just set to the masks (``_latch``, or ``GateBank.latch_`` for many layers)."""
         self.__dict__["_latched_key"] = self._mask_key()
 
     def bond_scales(self) -> list[torch.Tensor]:
         """Each bond's masked gate in the cores' dtype: the scale of core ``k``'s right rank axis. Latched, the gates
         themselves (``grad_masked``): a latch zeroes the dead ones, so only their gradient needs the mask."""
         if self.masks_latched():
-            scales = [grad_masked(gate, alive) for gate, alive in zip(_listed(self.gates), self._alive_masks())]
+            bank = self.__dict__.get("_gate_bank")  # the model's gates in one vector this step (gate_bank.py)
+            scales = (bank.layer_scales(self) if bank is not None else None) or [
+                grad_masked(gate, alive) for gate, alive in zip(_listed(self.gates), self._alive_masks())]
             return [s if s.dtype == core.dtype else s.to(core.dtype) for core, s in zip(_listed(self.cores), scales)]
         masks = self._rule_masks()
         if self.training and not torch.compiler.is_compiling():  # compiled: the trainer latches (rank.latch_dead_gates_)
@@ -195,8 +197,7 @@ class TTModule(TensorizedModule):
         return [(gate * mask).to(core.dtype) for core, gate, mask in zip(_listed(self.cores), _listed(self.gates), masks)]
 
     def gated_cores(self, unfolded: int | None = None, scales: list[torch.Tensor] | None = None) -> list[torch.Tensor]:
-        """Cores with each bond's masked gate (``scales``: ``bond_scales()``) folded into the core on its left, but bond
-        ``unfolded``'s if given."""
+        """Cores with each bond's masked gate (``bond_scales()``) folded into the core on its left, but bond ``unfolded``'s."""
         cores = _listed(self.cores)
         for k, scale in enumerate(self.bond_scales() if scales is None else scales):
             if k != unfolded:
@@ -205,8 +206,7 @@ class TTModule(TensorizedModule):
 
     @torch.no_grad()
     def _latch(self, masks: list[torch.Tensor]) -> None:
-        """Dead gates stay dead, whatever the optimizer does later: the alive buffers only ever lose indices, and the
-        dead gates are set to zero (so that a latched forward needs no mask)."""
+        """Dead gates stay dead, whatever the optimizer does: the alive buffers only lose indices; dead gates go to zero."""
         alive = self._alive_masks()
         torch._foreach_copy_(alive, masks)
         torch._foreach_mul_(_listed(self.gates), alive)

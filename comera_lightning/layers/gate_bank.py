@@ -49,6 +49,8 @@ class GateBank:
         self.layers = list(layers)
         self._key: tuple | None = None
         self._plan: _Plan | None = None
+        self._vector: torch.Tensor | None = None
+        self._pieces: dict[int, tuple[tuple, list[torch.Tensor]]] = {}
 
     def gates(self) -> list[torch.Tensor]:
         """Every bond's gate, layer by layer."""
@@ -71,10 +73,10 @@ class GateBank:
         """The index tensors for the gates as they are now (built again when a gate's identity or size changed)."""
         key = tuple((id(g), g.numel(), layer.gate_threshold, layer.allow_rank0) for layer in self.layers for g in _listed(layer.gates))
         if key != self._key:
-            self._plan, self._key = self._build(), key
+            self._plan, self._key = self._build_plan(), key
         return self._plan
 
-    def _build(self) -> _Plan:
+    def _build_plan(self) -> _Plan:
         gates = self.gates()
         device, dtype = gates[0].device, gates[0].dtype
         sizes = [g.numel() for g in gates]
@@ -129,14 +131,51 @@ class GateBank:
             0, plan.bond, torch.where(at_top, plan.position, len(plan.position)), "amin")
         return plan.position == first[plan.bond]
 
+    # ------------------------------------------------------------------ the step's gate vector
+    def attach(self) -> None:
+        """Every layer takes its latched gates from this bank's step vector while training (``layer_scales``)."""
+        for layer in self.layers:
+            layer.__dict__["_gate_bank"] = self
+
+    def layer_scales(self, layer: TTModule) -> list[torch.Tensor] | None:
+        """``layer``'s gates as views of the step vector (``step_vector``); None where it has none."""
+        entry = self._pieces.get(id(layer))
+        if entry is None or entry[0] != layer._mask_key():
+            if self._build_vector() is None:
+                return None
+            entry = self._pieces.get(id(layer))
+        return entry[1] if entry is not None else None
+
+    def step_vector(self) -> torch.Tensor | None:
+        """Every bond's gate for this step as one vector, its gradient masked where dead: one ``cat`` forward and one
+        mask backward for all bonds; each layer and the size term take views of it, so each gate gets one gradient
+        (not one per use, summed gate by gate). Built again when a gate or mask changed; forgotten once its gradient
+        is computed. None unless autograd is on, every layer is latched and the gates share a dtype and device."""
+        current = self._vector is not None and all(
+            id(layer) in self._pieces and self._pieces[id(layer)][0] == layer._mask_key() for layer in self.layers)
+        return self._vector if current else self._build_vector()
+
+    def _build_vector(self) -> torch.Tensor | None:
+        if not (torch.is_grad_enabled() and self.uniform() and all(layer.masks_latched() for layer in self.layers)):
+            return None
+        vector = grad_masked(torch.cat(self.gates()), torch.cat(self.alive()))  # dead gates are zero already
+        pieces = iter(vector.split(self.plan().sizes))
+        self._pieces = {id(layer): (layer._mask_key(), [next(pieces) for _ in layer.gates]) for layer in self.layers}
+        if vector.requires_grad:
+            vector.register_hook(self._forget)
+        self._vector = vector
+        return vector
+
+    def _forget(self, grad: torch.Tensor) -> None:
+        self._vector, self._pieces = None, {}
+
     # ------------------------------------------------------------------ the size terms
     def surrogate_sums(self, kind: str, strongest: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The sum of the live gates (``kind`` "size": each weighted by the parameters it controls) and, if asked, of
         each bond's largest live gate (same weights), differentiable, in float32."""
         plan = self.plan()
-        gates, masks = torch.cat(self.gates()), self.masks()
-        latched = all(layer.masks_latched() for layer in self.layers)  # dead gates at zero: only their gradient to mask
-        live = (grad_masked(gates, masks) if latched else gates * masks).float()
+        vector = self.step_vector()
+        live = (vector if vector is not None else torch.cat(self.gates()) * self.masks()).float()
         weighted = kind == "size"
         total = (live * plan.entry_weight if weighted else live).sum()
         if not strongest:

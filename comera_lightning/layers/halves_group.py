@@ -21,7 +21,6 @@ from typing import Any
 import torch
 
 from comera_lightning.layers.contraction import contract_chain
-from comera_lightning.layers.gate_masks import grad_masked
 
 __all__ = ["HalvesGroup", "group_halves"]
 
@@ -62,8 +61,7 @@ class HalvesGroup:
     def _contract(self, members: list[Any], split: int) -> None:
         """Every member's halves at ``split``, through one stacked chain (``contract_chain`` with a batch dimension)."""
         cores = [torch.stack(column) for column in zip(*(list(m.cores) for m in members))]
-        gates = [grad_masked(torch.stack(g), torch.stack(a))  # dead gates are zero when latched: only their gradient
-                 for g, a in zip(zip(*(list(m.gates) for m in members)), zip(*(m._alive_masks() for m in members)))]
+        gates = [torch.stack(column) for column in zip(*(m.bond_scales() for m in members))]  # latched: masked gradients
         folded = [core * gate.to(core.dtype)[:, None, None, :] if k != split - 1 else core
                   for k, (core, gate) in enumerate(zip(cores, gates))] + cores[len(gates):]
         left, right = contract_chain(folded[:split]), contract_chain(folded[split:])

@@ -78,6 +78,7 @@ class ComeraObjective:
         """Work on these TT layers; the surrogate's denominator is fixed the first time (pruning must not make R jump)."""
         self.layers = list(layers)
         self.bank = GateBank(self.layers)
+        self.bank.attach()
         if self.normalizer is None:
             self.normalizer = surrogate_normalizer(self.layers, self.surrogate)
 

@@ -103,6 +103,7 @@ def _train(latch: bool, monkeypatch: pytest.MonkeyPatch) -> list[float]:
     model = nn.Sequential(TTLinear(12, 16, max_rank=6, num_cores=1), nn.Tanh(), TTLinear(16, 4, max_rank=4, num_cores=2))
     layers = [model[0], model[2]]
     bank = GateBank(layers)
+    bank.attach()  # latched, the layers and the size term take views of one gate vector a step
     gates = [g for layer in layers for g in layer.gates]
     host = torch.optim.Adam(model.parameters(), lr=1e-2)
     gate_opt = GateOptimizer(lr=0.2)
@@ -123,6 +124,26 @@ def _train(latch: bool, monkeypatch: pytest.MonkeyPatch) -> list[float]:
 
 def test_a_latched_run_trains_exactly_as_the_rule_in_every_forward(monkeypatch):
     assert _train(True, monkeypatch) == _train(False, monkeypatch)
+
+
+def test_the_step_vector_gives_each_gate_one_gradient_and_is_forgotten_after_backward():
+    layers = _layers(nan=False)
+    bank = GateBank(layers)
+    bank.attach()
+    bank.latch_()
+    vector = bank.step_vector()
+    assert vector is not None and bank.step_vector() is vector  # one vector a step
+    x = torch.randn(3, 24)
+    out = layers[1](layers[0](x)).sum() + layers[2](torch.tensor([1, 7])).sum()
+    assert all(s.untyped_storage().data_ptr() == vector.untyped_storage().data_ptr() for s in layers[0].bond_scales())
+    total, _ = bank.surrogate_sums("mean", strongest=False)
+    (out + total).backward()
+    assert bank._vector is None and not bank._pieces
+    for layer in layers:
+        for gate, alive in zip(layer.gates, layer._alive_masks()):
+            assert torch.all(gate.grad[~alive] == 0)
+    with torch.no_grad():
+        assert bank.step_vector() is None  # no autograd: nothing to share
 
 
 def test_a_bank_of_no_trains_has_nothing_to_latch():
