@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 import torch
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from comera_lightning.layers.base import TTModule
 from comera_lightning.layers.contraction import chain_cost, contract_chain, tt_svd
@@ -230,7 +231,9 @@ class TTEmbedding(TTModule):
                     return grouped_chain_rows(list(self.cores), self.bond_scales(), self.row_modes, ids)[:, : self.embedding_dim]
                 return chain_rows(self.gated_cores(), self.row_modes, ids)[:, : self.embedding_dim]
         left, right = self.cached(("half_tables", split), lambda: self.half_tables(split))
-        return two_factor_rows(left, right, ids)[:, : self.embedding_dim]
+        training = torch.is_grad_enabled() and (left.requires_grad or right.requires_grad)  # the gathered halves
+        rows = checkpoint(two_factor_rows, left, right, ids, use_reentrant=False) if training else two_factor_rows(left, right, ids)
+        return rows[:, : self.embedding_dim]  # (ids × modes × rank each) are recomputed in backward, not saved
 
     def fused_bags(self, ids: torch.Tensor, lengths: torch.Tensor, weights: torch.Tensor | None = None, *,
                    mean: bool = False) -> torch.Tensor | None:
@@ -277,10 +280,8 @@ class TTEmbedding(TTModule):
         return index, self.lookup(index.ids)
 
     def serving(self) -> TableServing:
-        """The hot rows, hash index and half tables lookups are served from at inference (``table_serving.py``).
-
-        Kept in the inference cache until a core, gate or mask changes, or ids are counted.
-        """
+        """The hot rows, hash index and half tables served from at inference (``table_serving.py``); cached until a
+        core, gate or mask changes, or ids are counted."""
         return self.cached("serving", lambda: TableServing(self))
 
     def inference_bytes(self) -> int:

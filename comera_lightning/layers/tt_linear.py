@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from comera_lightning.layers.base import TTModule
 from comera_lightning.layers.contraction import chain_cost, contract_chain, tt_svd
@@ -231,23 +232,30 @@ class TTLinear(TTModule):
                 y = torch.addmm(self.bias, x2 @ a, b)
                 return y.reshape(*lead, self.out_features)
             return (x2 @ a @ b).reshape(*lead, self.out_features)
-        if split > n_in:
-            a = left.reshape(p_in, -1)[: self.in_features]  # (d_in, O1·r)
-            t = (x2 @ a).reshape(-1, rank)  # (N·O1, r)
-            y = (t @ right.reshape(rank, -1)).reshape(tokens, p_out)
+        if torch.is_grad_enabled():  # a cut inside one side: its (tokens × modes × rank) intermediate recomputed in backward
+            y = checkpoint(self._carried, x2, left, right, split, use_reentrant=False)
         else:
-            if p_in != self.in_features:
-                x2 = F.pad(x2, (0, p_in - self.in_features))
-            outer = left.shape[1]
-            xt = x2.reshape(tokens, outer, -1).transpose(1, 2)  # (N, Q, P)
-            t = (xt @ left.reshape(outer, rank)).reshape(tokens, -1)  # (N, Q·r)
-            inner = xt.shape[1]
-            b = right.reshape(rank, inner, p_out).transpose(0, 1).reshape(inner * rank, p_out)
-            y = t @ b
+            y = self._carried(x2, left, right, split)
         y = y[:, : self.out_features]
         if self.bias is not None:
             y = y + self.bias
         return y.reshape(*lead, self.out_features)
+
+    def _carried(self, x2: torch.Tensor, left: torch.Tensor, right: torch.Tensor, split: int) -> torch.Tensor:
+        """``x2`` through the halves of a cut inside the input or the output cores, a mode carried: ``(tokens, ∏ out modes)``."""
+        rank, tokens = left.shape[-1], x2.shape[0]
+        p_in, p_out = prod(self.in_modes), prod(self.out_modes)
+        if split > len(self.in_modes):
+            a = left.reshape(p_in, -1)[: self.in_features]  # (d_in, O1·r)
+            t = (x2 @ a).reshape(-1, rank)  # (N·O1, r)
+            return (t @ right.reshape(rank, -1)).reshape(tokens, p_out)
+        if p_in != self.in_features:
+            x2 = F.pad(x2, (0, p_in - self.in_features))
+        outer = left.shape[1]
+        xt = x2.reshape(tokens, outer, -1).transpose(1, 2)  # (N, Q, P)
+        t = (xt @ left.reshape(outer, rank)).reshape(tokens, -1)  # (N, Q·r)
+        inner = xt.shape[1]
+        return t @ right.reshape(rank, inner, p_out).transpose(0, 1).reshape(inner * rank, p_out)
 
     def extra_repr(self) -> str:
         modes = "·".join(map(str, self.in_modes)) + " → " + "·".join(map(str, self.out_modes))
