@@ -11,9 +11,9 @@ Workloads (``--check``: the same code on CPU with tiny shapes):
 
 Systems: ``dense``; ``comera``: ``ComeraCallback()`` with its defaults; ``comera-paper`` (the transformer): the
 callback with ``configs/transformer.yaml``'s layout. CoMERA stays in its early stage (every rank alive: its
-slowest step). Modes: ``eager``; ``compiled``: the module's networks compiled in place (``nn.Module.compile``) when the
-fit starts, after the callback tensorized them (``Trainer.fit(torch.compile(module))`` fails on torch 2.13 with
-Lightning 2.6.6 for a module that calls ``self.log`` in ``training_step`` and has no wrapper of it); ``graphs``:
+slowest step). Modes: ``eager``; ``batch1``: eager at batch 1 (the peak memory of one sample beside the batch's);
+``compiled``: the module's networks compiled in place (``nn.Module.compile``) when the fit starts, after the callback
+tensorized them (``Trainer.fit(torch.compile(module))`` fails on torch 2.13 with Lightning 2.6.6 for a module that calls ``self.log`` in ``training_step`` and has no wrapper of it); ``graphs``:
 ``CUDAGraphStrategy`` (where it refuses, the row says why and its numbers are eager ones). Every run goes through
 Lightning as a user's would, on synthetic tokens; a callback synchronises the device when the warm-up ends and
 when training ends: steps/s and tokens/s over the timed steps, ``torch.cuda.max_memory_allocated`` since then.
@@ -24,7 +24,7 @@ from __future__ import annotations
 import argparse
 import gc
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import lightning as L
@@ -32,7 +32,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 SYSTEMS = {"llama": ("dense", "comera"), "transformer": ("dense", "comera", "comera-paper")}
-MODES = ("eager", "graphs", "compiled")
+MODES = ("eager", "graphs", "compiled", "batch1")  # batch1: eager at one sample, for the peak memory at batch 1
 PRECISIONS = ("bf16-mixed", "32-true")
 GRAPH_WARMUP = 4  # CUDAGraphStrategy's eager warm-up steps (3) and the capture, before the timed steps
 
@@ -172,6 +172,8 @@ def _trainer(mode: str, precision: str, steps: int, callbacks: list[L.Callback],
 def timed_fit(workload: Workload, system: str, mode: str, precision: str, args: argparse.Namespace) -> dict[str, Any]:
     """One run: warm-up steps, then ``args.steps`` timed steps; the row of the results table."""
     cuda = not args.check
+    if mode == "batch1":
+        workload = replace(workload, batch=1)
     warmup = args.warmup + (GRAPH_WARMUP if mode == "graphs" else 0)
     clock = StepClock(warmup)
     compiling = [CompileNetworks(args.compile_backend)] if mode == "compiled" else []
@@ -180,7 +182,7 @@ def timed_fit(workload: Workload, system: str, mode: str, precision: str, args: 
     data = DataLoader(SyntheticTokens(workload, workload.batch * (warmup + args.steps)), batch_size=workload.batch, pin_memory=cuda)
     started = time.perf_counter()
     trainer.fit(module, data)
-    row = {"model": workload.name, "system": system, "mode": mode, "precision": precision, "steps": clock.steps,
+    row = {"model": workload.name, "system": system, "mode": mode, "precision": precision, "batch": workload.batch, "steps": clock.steps,
            "steps_per_s": clock.steps / clock.seconds, "tokens_per_s": clock.steps * workload.batch * workload.seq / clock.seconds,
            "peak_gib": clock.peak_bytes / 2**30 if clock.peak_bytes is not None else None,
            "parameters": sum(p.numel() for p in module.parameters()), "wall_s": time.perf_counter() - started}

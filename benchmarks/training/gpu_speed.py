@@ -1,20 +1,22 @@
 """GPU training speed (``make bench-gpu``): dense vs CoMERA, eager / torch.compile / CUDA graphs, bf16-mixed / fp32.
 
 On one CUDA GPU in at most ``--budget`` seconds (default 420: 7 minutes of runs, then the report): the quality race's
-Llama at LLaMA-60M's shape (then LLaMA-130M's, as time allows) and the paper's 6-encoder Transformer, each dense and
-with ``ComeraCallback``'s defaults (and the paper's layout for the Transformer), eager, ``torch.compile``d and under
-``CUDAGraphStrategy``, in bf16-mixed and fp32 (``gpu_runs.py``); and the 1M x 64 TT embedding lookup at rank 32 on
+Llama at LLaMA-60M's shape, the paper's 6-encoder Transformer, then LLaMA-130M's, -350M's and -1B's shapes as time
+allows, each dense and with ``ComeraCallback``'s defaults (and the paper's layout for the Transformer), eager,
+``torch.compile``d and under ``CUDAGraphStrategy``, in bf16-mixed and fp32, and eagerly at batch 1 for the peak memory
+of one sample (``gpu_runs.py``); and the 1M x 64 TT embedding lookup at rank 32 on
 Zipf ids, training and serving, against ``nn.Embedding`` and with the fused kernel against the torch path
 (``gpu_lookup.py``). Reports steps/s, tokens/s and ``torch.cuda.max_memory_allocated``, and the ratios that compare
 like with like: CoMERA over dense in the same mode and precision, each mode over eager. The cheap rows run first
-(eager and graphs, bf16 first; compiled rows last, each compiles for tens of seconds); a row that would start after
+(eager, graphs and batch 1, bf16 first; compiled rows last, each compiles for tens of seconds); a row that would start after
 the budget is listed as not run. Writes JSON and a markdown table naming the device.
 
 Without CUDA it refuses in one line (exit 1). ``--check`` runs the same code on CPU with tiny shapes and two steps
 (``torch.compile`` with ``aot_eager``; CUDAGraphStrategy runs eagerly there and the row says so), so that the script
 is known to run before anyone spends GPU time (tests/benchmarks/training/test_gpu_speed.py).
 
-    python -m benchmarks.training.gpu_speed [--models llama60m,transformer,llama130m] [--modes eager,graphs,compiled]
+    python -m benchmarks.training.gpu_speed [--models llama60m,transformer,llama130m,llama350m,llama1b]
+        [--modes eager,graphs,compiled,batch1]
         [--precisions bf16-mixed,32-true] [--steps 20] [--warmup 3] [--budget 420] [--check] [--out PATH]
 """
 
@@ -97,7 +99,7 @@ def add_ratios(rows: list[dict[str, Any]]) -> None:
             dense = speed.get((r["model"], "dense", r["mode"], r["precision"]))
             eager = speed.get((r["model"], r["system"], "eager", r["precision"]))
             r["x_dense"] = r["steps_per_s"] / dense if dense else None
-            r["x_eager"] = r["steps_per_s"] / eager if eager else None
+            r["x_eager"] = r["steps_per_s"] / eager if eager and r["mode"] != "batch1" else None
 
 
 def _cell(value: Any, fmt: str) -> str:

@@ -34,7 +34,8 @@ def test_check_runs_every_row_on_cpu(bench, tmp_path, argv):
     args = bench.parse(["--check", *argv])
     assert len(result["runs"]) == len(bench.plan(args)) and all(r["steps"] == 2 for r in result["runs"])
     for row in result["runs"]:
-        assert row["steps_per_s"] > 0 and row["tokens_per_s"] > 0 and row["x_eager"] is not None, row
+        assert row["steps_per_s"] > 0 and row["tokens_per_s"] > 0 and (row["x_eager"] is None) == (row["mode"] == "batch1"), row
+        assert row["batch"] == (1 if row["mode"] == "batch1" else 2), row
         if row["mode"] == "graphs":
             assert row["note"].startswith("graphs off: no CUDA"), row
     systems = {r["system"] for r in result["runs"]}
