@@ -51,8 +51,8 @@ def bag_defaults(config: TensorizeConfig) -> dict[str, Any]:
 
 
 def weight_std(weight: torch.Tensor) -> float | None:
-    """Standard deviation of a weight's entries (None for a single entry)."""
-    return float(weight.detach().float().std()) if weight.numel() > 1 else None
+    """Standard deviation of a weight's entries (None for a single entry, or on the meta device: sizes, no values)."""
+    return float(weight.detach().float().std()) if weight.numel() > 1 and not weight.is_meta else None
 
 
 def build_linear_like(cls: type[TTLinear], weight_in_out: torch.Tensor, bias: torch.Tensor | None, options: dict[str, Any]) -> TTLinear:
@@ -79,7 +79,8 @@ def _build_embedding(module: nn.Embedding, options: dict[str, Any]) -> TTEmbeddi
     if init == "svd":
         return TTEmbedding.from_embedding(module, **options)
     w = module.weight
-    std = 1.0 if init == "paper" else float(w.detach().float().std())
+    std = 1.0 if init == "paper" else weight_std(w)
+    std = 1.0 if std is None else std  # a single row, or the meta device (sizes, no values)
     return TTEmbedding(
         module.num_embeddings, module.embedding_dim, padding_idx=module.padding_idx, init_std=std, device=w.device, dtype=w.dtype, **options
     )

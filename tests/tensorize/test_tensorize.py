@@ -227,3 +227,15 @@ def test_default_rank_is_a_quarter_of_the_smaller_side_and_max_rank_overrides_it
     model = AttentionBlock()
     tensorize(model, rank_fraction=0.5, layer_config={"down": {"rank_fraction": 0.125}})
     assert model.up.physical_ranks == (32,) and model.down.physical_ranks == (8,)
+
+
+def test_a_model_on_the_meta_device_is_tensorized_to_the_same_sizes():
+    """Sizes without values (planning a model too large to build): the same layers and parameter counts as on CPU."""
+    torch.manual_seed(0)
+    on_cpu = Tiny()
+    with torch.device("meta"):
+        on_meta = Tiny()
+    reports = [tensorize(model) for model in (on_cpu, on_meta)]
+    assert [r.name for r in reports[0].swapped] == [r.name for r in reports[1].swapped]
+    assert [p.shape for p in on_cpu.parameters()] == [p.shape for p in on_meta.parameters()]
+    assert all(p.is_meta for p in on_meta.parameters())
