@@ -33,9 +33,13 @@ def test_it_saves_the_input_and_parameters_but_no_rank_intermediate():
 
 def test_under_cpu_autocast_it_runs_in_bf16_and_returns_each_inputs_dtype():
     x, a, gate, b, bias = _inputs(torch.float32)
+    saved = []
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        y = gated_two_factor(x, a, gate, b, bias)
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+            y = gated_two_factor(x, a, gate, b, bias)
         reference = torch.addmm(bias, x @ (a * gate), b)
+    kept = sorted((tuple(t.shape), t.dtype) for t in saved if t.dtype == torch.bfloat16)
+    assert kept == sorted([((7, 5), torch.bfloat16), ((5, 3), torch.bfloat16), ((3, 4), torch.bfloat16)])  # x, A·g, B cast once
     assert y.dtype == torch.bfloat16 and torch.equal(y, reference)
     grads = torch.autograd.grad(y.float().sum(), [x, a, gate, b, bias])
     want = torch.autograd.grad(reference.float().sum(), [x, a, gate, b, bias])
