@@ -6,16 +6,15 @@ optimizers; nothing knows about Lightning or the callback.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable, Sequence
-from typing import Union
 from dataclasses import dataclass
+from typing import Union
 
 import torch
 from torch import nn
 
 from comera_lightning.layers import PruneRecord, TTModule
-from comera_lightning.layers.gate_bank import GateBank
+from comera_lightning.layers.gate_bank import GateBank, gate_weights
 from comera_lightning.optim.gates import GateOptimizer
 from comera_lightning.optim.state import rotate_optimizer_state_, slice_optimizer_state_
 
@@ -56,19 +55,6 @@ def latch_dead_gates_(module: nn.Module | GateBank) -> None:
     """Every TT layer's gates at or below its threshold dead for good (what eager forward does; a compiled one does
     not), in one pass over all bonds; nothing runs where the masks are latched already."""
     (module if isinstance(module, GateBank) else GateBank([m for _, m in tt_layers(module)])).latch_()
-
-
-def gate_weights(layer: TTModule) -> list[int]:
-    """Per-bond weight for the size-weighted ℓ1: core parameters one index of that bond controls.
-
-    Index ``j`` of bond ``k`` owns slice ``j`` of the left core's last axis and of the right
-    core's first axis: ``numel(G_k)/r_k + numel(G_{k+1})/r_k`` parameters (a plain int, no sync).
-    """
-    weights = []
-    for k in range(len(layer.gates)):
-        left, right = layer.cores[k].shape, layer.cores[k + 1].shape
-        weights.append(math.prod(left[:-1]) + math.prod(right[1:]))
-    return weights
 
 
 def surrogate_normalizer(layers: Layers, kind: str = "mean") -> float:

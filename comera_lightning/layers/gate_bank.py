@@ -18,7 +18,7 @@ import torch
 from comera_lightning.layers.base import TTModule, _listed
 from comera_lightning.layers.gate_masks import grad_masked
 
-__all__ = ["GateBank"]
+__all__ = ["GateBank", "gate_weights"]
 
 
 @dataclass(frozen=True)
@@ -31,14 +31,19 @@ class _Plan:
     threshold: torch.Tensor  # each entry's layer threshold, in the gates' dtype
     spared: torch.Tensor  # each entry's layer keeps a bond's strongest gate (not allow_rank0)
     any_spared: bool
-    bond_weight: torch.Tensor  # each bond's weight in the size-weighted surrogate (``rank.gate_weights``)
+    bond_weight: torch.Tensor  # each bond's weight in the size-weighted surrogate (``gate_weights``)
     entry_weight: torch.Tensor  # the same for each entry
     left: torch.Tensor  # per core: index of its left bond's count in [1, counts...] (0: a boundary of rank 1)
     right: torch.Tensor
     core_modes: torch.Tensor  # per core: the product of its modes
 
 
-def _bond_weights(layer: TTModule) -> list[int]:
+def gate_weights(layer: TTModule) -> list[int]:
+    """Per-bond weight for the size-weighted ℓ1: core parameters one index of that bond controls.
+
+    Index ``j`` of bond ``k`` owns slice ``j`` of the left core's last axis and of the right
+    core's first axis: ``numel(G_k)/r_k + numel(G_{k+1})/r_k`` parameters (a plain int, no sync).
+    """
     return [math.prod(layer.cores[k].shape[:-1]) + math.prod(layer.cores[k + 1].shape[1:]) for k in range(len(layer.gates))]
 
 
@@ -83,7 +88,7 @@ class GateBank:
         per_bond = lambda values, kind: torch.tensor(values, dtype=kind, device=device)  # noqa: E731
         thresholds = [layer.gate_threshold for layer in self.layers for _ in layer.gates]
         spared = [not layer.allow_rank0 for layer in self.layers for _ in layer.gates]
-        weights = [w for layer in self.layers for w in _bond_weights(layer)]
+        weights = [w for layer in self.layers for w in gate_weights(layer)]
         left, right, modes, first = [], [], [], 1
         for layer in self.layers:
             cores = len(layer.cores)
