@@ -141,3 +141,14 @@ def without_out(argv: list[str] | None = None) -> list[str]:
     """A benchmark's arguments (``sys.argv[1:]`` by default) without ``--out PATH``: no local paths in a results JSON."""
     given = list(sys.argv[1:] if argv is None else argv)
     return [a for i, a in enumerate(given) if not a.startswith("--out") and (i == 0 or given[i - 1] != "--out")]
+
+
+def write_result(out: Path | str | None, result: dict, table: str) -> None:
+    """A results JSON at ``out`` and its markdown table beside it (``.md``), then the table printed; only printed when
+    ``out`` is None."""
+    if out is not None:
+        out = Path(out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(result, indent=1) + "\n")
+        out.with_suffix(".md").write_text(table)
+    print(table + (f"\nwrote {out} and {out.with_suffix('.md')}" if out is not None else ""))

@@ -23,6 +23,8 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.probes import write_result
+
 MODES = ("eager", "graphs")
 CONSTANTS = ("kernel_us_eager", "kernel_us_graphs", "gemm_tflops", "other_tb_per_s")
 
@@ -114,11 +116,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     result = {"measured": args.measured, "fit_account": args.fit_account, "predict_account": args.predict_account,
               "device": measured["machine"].get("device", "?"), "constants": constants(coef), "fit": table,
               "predicted": predict(coef, json.loads(Path(args.predict_account).read_text())["rows"]) if args.predict_account else []}
-    text = markdown(result)
-    if args.out:
-        Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
-        Path(args.out).with_suffix(".md").write_text(text)
-    print(text)
+    write_result(args.out, result, markdown(result))
     return result
 
 

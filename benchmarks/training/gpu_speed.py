@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import sys
 import time
 from pathlib import Path
@@ -32,7 +31,7 @@ from typing import Any
 
 import torch
 
-from benchmarks.probes import RESULTS, command_line, machine_basics
+from benchmarks.probes import RESULTS, command_line, machine_basics, write_result
 from benchmarks.training.gpu_lookup import lookup_speed
 from benchmarks.training.gpu_runs import CHECK_WORKLOADS, MODES, PRECISIONS, SYSTEMS, WORKLOADS, release, timed_fit
 
@@ -147,11 +146,7 @@ def main(argv: list[str] | None = None) -> None:
     add_ratios(result["runs"])
     result["seconds"] = round(time.perf_counter() - started, 1)
     out = Path(args.out) if args.out else RESULTS / ("gpu_speed_check.json" if args.check else "gpu_speed.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1) + "\n")
-    table = markdown(result)
-    out.with_suffix(".md").write_text(table)
-    print(table + f"\nwrote {out} and {out.with_suffix('.md')} in {result['seconds']} s")
+    write_result(out, result, markdown(result))
 
 
 if __name__ == "__main__":

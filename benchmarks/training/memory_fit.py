@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from benchmarks.probes import write_result
 from benchmarks.quality.models import ModelSpec, build_lm
 from benchmarks.training.gpu_runs import WORKLOADS
 
@@ -106,11 +107,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parser.parse_args(argv)
     rows = table(json.loads(Path(args.account).read_text())["rows"], args.tokens)
     result = {"account": args.account, "tokens": args.tokens, "rows": rows, "largest": largest(rows)}
-    text = markdown(result)
-    if args.out:
-        Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
-        Path(args.out).with_suffix(".md").write_text(text)
-    print(text)
+    write_result(args.out, result, markdown(result))
     return result
 
 

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -39,7 +38,7 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader
 
-from benchmarks.probes import RESULTS, command_line, machine_basics
+from benchmarks.probes import RESULTS, command_line, machine_basics, write_result
 from benchmarks.training.gpu_runs import (CHECK_WORKLOADS, SYSTEMS, WORKLOADS, SyntheticTokens, Workload, build_module,
                                           system_callbacks)
 from benchmarks.training.op_tally import PHASES, OpTally, PhaseCount, PhaseMarks
@@ -229,11 +228,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     result = {"command": command_line(argv), "date": datetime.date.today().isoformat(), "config": vars(args),
               "machine": {**machine_basics(), "torch": torch.__version__}, "rows": rows}
     out = Path(args.out) if args.out else RESULTS / ("step_account_check.json" if args.check else "step_account.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1) + "\n")
-    table = markdown(result)
-    out.with_suffix(".md").write_text(table)
-    print(table + f"\nwrote {out} and {out.with_suffix('.md')}")
+    write_result(out, result, markdown(result))
     return result
 
 
