@@ -96,7 +96,7 @@ def markdown(result: dict[str, Any]) -> str:
     lines += [f"| {r['model']} | {r['system']} | {r['mode']} | {r['measured_steps_per_s']:.2f} | {r['fitted_steps_per_s']:.2f} | "
               f"{r['error']:+.0%} | {r['left_out_error']:+.0%} |" for r in result["fit"]]
     if result.get("predicted"):
-        lines += ["", f"Modeled from `{result['predict_account']}`:", "",
+        lines += ["", f"Modeled from {', '.join(f'`{p}`' for p in result['predict_account'])}:", "",
                   "| model | system | mode | modeled steps/s | modeled × dense | counted |", "|---|---|---|---|---|---|"]
         lines += [f"| {r['model']} | {r['system']} | {r['mode']} | {r['modeled_steps_per_s']:.2f} | "
                   f"{'-' if r['modeled_x_dense'] is None else format(r['modeled_x_dense'], '.2f')} | {r['counted']} |"
@@ -108,14 +108,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--measured", required=True, help="gpu_speed.py's JSON from a device run")
     parser.add_argument("--fit-account", required=True, help="step_account.py's JSON of the code that ran there, same batch")
-    parser.add_argument("--predict-account", default=None, help="step_account.py's JSON to predict")
+    parser.add_argument("--predict-account", nargs="+", default=None, help="step_account.py's JSONs to predict")
     parser.add_argument("--out", default=None, help="JSON path (a markdown table beside it)")
     args = parser.parse_args(argv)
     measured = json.loads(Path(args.measured).read_text())
     coef, table = fit_rows(measured["runs"], json.loads(Path(args.fit_account).read_text())["rows"])
     result = {"measured": args.measured, "fit_account": args.fit_account, "predict_account": args.predict_account,
               "device": measured["machine"].get("device", "?"), "constants": constants(coef), "fit": table,
-              "predicted": predict(coef, json.loads(Path(args.predict_account).read_text())["rows"]) if args.predict_account else []}
+              "predicted": predict(coef, [r for path in args.predict_account or [] for r in json.loads(Path(path).read_text())["rows"]])}
     write_result(args.out, result, markdown(result))
     return result
 

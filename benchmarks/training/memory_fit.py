@@ -90,7 +90,8 @@ def largest(rows: list[dict[str, Any]]) -> dict[str, dict[str, str | None]]:
 
 def markdown(result: dict[str, Any]) -> str:
     lines = [f"Training-step memory floor, AdamW, batch 1 x {result['tokens']:,} tokens, bf16-mixed: **modeled** from "
-             f"`{result['account']}` (state counted on the meta device; activations fitted on the account's rows).", "",
+             f"{', '.join(f'`{p}`' for p in result['account'])} (state counted on the meta device; activations fitted on the "
+             "account's rows).", "",
              "| shape | system | parameters | state GiB | activations GiB | floor GiB |", "|---|---|---|---|---|---|"]
     lines += [f"| {r['shape']} | {r['system']} | {r['parameters'] / 1e9:.2f} B | {r['state_gib']:.1f} | {r['activation_gib']:.1f} | "
               f"{r['floor_gib']:.1f} |" for r in result["rows"]]
@@ -101,11 +102,11 @@ def markdown(result: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--account", required=True, help="step_account.py's JSON (bf16-mixed, Llama rows at three shapes)")
+    parser.add_argument("--account", nargs="+", required=True, help="step_account.py's JSONs (bf16-mixed, Llama rows at three shapes)")
     parser.add_argument("--tokens", type=int, default=2048)
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
-    rows = table(json.loads(Path(args.account).read_text())["rows"], args.tokens)
+    rows = table([r for path in args.account for r in json.loads(Path(path).read_text())["rows"]], args.tokens)
     result = {"account": args.account, "tokens": args.tokens, "rows": rows, "largest": largest(rows)}
     write_result(args.out, result, markdown(result))
     return result

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import gc
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -89,6 +90,7 @@ def count_run(workload: Workload, system: str, args: argparse.Namespace) -> dict
     data = DataLoader(SyntheticTokens(workload, workload.batch * total), batch_size=workload.batch)
     with tally:
         trainer.fit(module, data)
+    gc.collect()  # the layers, their gate bank and halves group refer to each other: free one run's model before the next
     overall = PhaseCount()
     for count in tally.counts.values():
         overall.add(count)
