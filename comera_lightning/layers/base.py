@@ -175,20 +175,20 @@ class TTModule(TensorizedModule):
         tensors = (*_listed(self.gates), *self._alive_masks())
         return (self.gate_threshold, self.allow_rank0, *((id(t), t._version) for t in tensors))
 
-    def masks_latched(self) -> bool:
+    def masks_latched(self, key: tuple | None = None) -> bool:
         """Whether the ``alive`` buffers are the masks now (nothing changed since the latch: in-place writes bump versions)."""
-        return not torch.compiler.is_compiling() and self.__dict__.get("_latched_key") == self._mask_key()
+        return not torch.compiler.is_compiling() and self.__dict__.get("_latched_key") == (key or self._mask_key())
 
     def note_latched(self) -> None:
         """The ``alive`` buffers were just set to the masks (``_latch``, or ``GateBank.latch_`` for many layers)."""
         self.__dict__["_latched_key"] = self._mask_key()
 
     def bond_scales(self) -> list[torch.Tensor]:
-        """Each bond's masked gate in the cores' dtype: the scale of core ``k``'s right rank axis. Latched, the gates
-        themselves (``grad_masked``): a latch zeroes the dead ones, so only their gradient needs the mask."""
-        if self.masks_latched():
+        """Each bond's masked gate in the cores' dtype; latched, the gates themselves (dead ones zeroed: ``grad_masked``)."""
+        key = None if torch.compiler.is_compiling() else self._mask_key()  # read once: a forward's hot path
+        if self.masks_latched(key):
             bank = self.__dict__.get("_gate_bank")  # the model's gates in one vector this step (gate_bank.py)
-            scales = (bank.layer_scales(self) if bank is not None else None) or [
+            scales = (bank.layer_scales(self, key) if bank is not None else None) or [
                 grad_masked(gate, alive) for gate, alive in zip(_listed(self.gates), self._alive_masks())]
             return [s if s.dtype == core.dtype else s.to(core.dtype) for core, s in zip(_listed(self.cores), scales)]
         masks = self._rule_masks()

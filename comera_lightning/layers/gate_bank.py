@@ -142,10 +142,10 @@ class GateBank:
         for layer in self.layers:
             layer.__dict__["_gate_bank"] = self
 
-    def layer_scales(self, layer: TTModule) -> list[torch.Tensor] | None:
-        """``layer``'s gates as views of the step vector (``step_vector``); None where it has none."""
+    def layer_scales(self, layer: TTModule, key: tuple) -> list[torch.Tensor] | None:
+        """``layer``'s gates as views of the step vector (``step_vector``), ``key`` its ``_mask_key()``; None where it has none."""
         entry = self._pieces.get(id(layer))
-        if entry is None or entry[0] != layer._mask_key():
+        if entry is None or entry[0] != key:
             if self._build_vector() is None:
                 return None
             entry = self._pieces.get(id(layer))

@@ -98,7 +98,7 @@ def test_the_exact_size_equals_each_layers_count_and_follows_a_prune():
 def _train(latch: bool, monkeypatch: pytest.MonkeyPatch) -> list[float]:
     """Thirty steps of two TT layers, gates at a high LR (some die), the objective L + R over a bank."""
     if not latch:  # every forward computes the rule, as before masks were latched
-        monkeypatch.setattr(TTModule, "masks_latched", lambda self: False)
+        monkeypatch.setattr(TTModule, "masks_latched", lambda self, key=None: False)
     torch.manual_seed(3)
     model = nn.Sequential(TTLinear(12, 16, max_rank=6, num_cores=1), nn.Tanh(), TTLinear(16, 4, max_rank=4, num_cores=2))
     layers = [model[0], model[2]]
