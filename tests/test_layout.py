@@ -15,7 +15,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "comera_lightning"
-DESIGN = ROOT / "docs" / "DESIGN.md"
+DESIGN = ROOT / "docs" / "DESIGN_API.md"
 
 #: Lowest first. A unit (a top-level module or subpackage of comera_lightning) imports only from lower floors
 #: (and from itself); the units of one floor import nothing of each other. The same table is in docs/DESIGN.md.
@@ -171,7 +171,7 @@ def test_the_callback_class_stays_small():
 
 
 def _design_imports(heading: str) -> dict[str, list[str]]:
-    """The ``from X import (...)`` statements of the first python block under ``heading`` in docs/DESIGN.md."""
+    """The ``from X import (...)`` statements of the first python block under ``heading`` in docs/DESIGN_API.md."""
     text = DESIGN.read_text()
     section = text[text.index(heading):]
     block = re.search(r"```python\n(.*?)```", section, re.S).group(1)
