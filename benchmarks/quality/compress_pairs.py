@@ -1,0 +1,220 @@
+r"""Compressing a trained sentence-pair Transformer: CoMERA against the plain paths a user would write instead (issue #52).
+
+``compress.py``'s comparison on ``make demo``'s classifier and data (``pairs_frontier``'s MODEL and DATA, the
+clothing-review pairs). The dense model is trained ``--epochs`` with its own ``configure_optimizers`` (AdamW at a
+constant 1e-3, no scheduler); then, from those weights, each system trains ``--extra`` times the dense steps more
+(``max_steps``, validating once per epoch; every reported validation loss is that of the final weights), in one
+process, same data and seed:
+
+* ``comera``: ``ComeraCallback(tensorize=TensorizeConfig(init="svd"), budget=BudgetConfig(compression=C))``, the two
+  lines a user adds (``--comera key=value``: further BudgetConfig fields);
+* ``svd``: every layer CoMERA tensorized replaced by its truncated SVD as plain factors at the rank CoMERA ended with
+  (the same parameters per layer), not trained;
+* ``svd_ft``: the same, fine-tuned the extra steps (the plain path: SVD + fine-tuning);
+* ``fixed``: CoMERA at fixed ranks of the size asked (``adapt=False``, ``init="svd"``), fine-tuned the extra steps;
+* ``small``: a dense model of CoMERA's final size (narrower, ``narrow_d_model``) trained from scratch for all the steps;
+* ``dense_ft`` (once): the dense model trained the extra steps (what compression costs).
+
+    python -m benchmarks.quality.compress_pairs [--compressions 8,32] [--epochs 2] [--extra 0.25] [--out PATH]
+    python -m benchmarks.quality.compress_pairs --check     # a few batches: the pipeline runs
+
+The trained dense weights are cached (``--cache``) so that several compress runs share one training.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import datetime
+import hashlib
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+
+from benchmarks.probes import RESULTS, machine_basics, without_out
+from benchmarks.quality.models import svd_factors_
+from benchmarks.quality.pairs_frontier import (
+    DATA,
+    MODEL,
+    _model,
+    _parameters,
+    narrow_d_model,
+)
+from benchmarks.quality.settings import _options, systems_of
+from comera_lightning import BudgetConfig, ComeraCallback, TensorizeConfig
+from comera_lightning.data.pairs import SentencePairDataModule
+from comera_lightning.models.transformer import SentencePairClassifier
+from comera_lightning.rank import tt_layers
+
+SYSTEMS = ("comera", "svd", "svd_ft", "fixed", "small", "dense_ft")
+NEEDS = {"svd": ("comera",), "svd_ft": ("comera",), "small": ("comera",)}
+CHECK = {"epochs": 2, "limit_batches": 4, "compressions": "8"}
+
+
+def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--epochs", type=int, default=2, help="epochs of the dense training (492 steps each: 984 steps)")
+    parser.add_argument("--extra", type=float, default=0.25, help="compress steps, as a fraction of the dense steps")
+    parser.add_argument("--compressions", default="8,32", help="compressions of the tensorized layers, comma-separated")
+    parser.add_argument("--systems", default=",".join(SYSTEMS), help=f"comma-separated, from {','.join(SYSTEMS)}")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--comera", nargs="*", default=[], help="BudgetConfig fields of comera and fixed, key=value")
+    parser.add_argument("--limit-batches", type=int, default=None, help="batches per epoch and per evaluation (a smoke run)")
+    parser.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "comera_compress",
+                        help="where the trained dense weights are kept")
+    parser.add_argument("--out", type=Path, default=None, help="the JSON (default benchmarks/results/compress_pairs.json)")
+    parser.add_argument("--check", action="store_true", help="a few batches of each run: the pipeline runs")
+    args = parser.parse_args(argv)
+    if args.check:
+        for key, value in CHECK.items():
+            setattr(args, key, value)
+        args.out = args.out or Path("/tmp/compress_pairs_check.json")
+    systems = systems_of(parser, args.systems, SYSTEMS, NEEDS)
+    unknown = sorted(set(_options(args.comera)) - set(BudgetConfig.option_names()))
+    if unknown:
+        parser.error(f"--comera: unknown {unknown}; BudgetConfig fields are {BudgetConfig.option_names()}")
+    return args, systems
+
+
+def fit(system: str, data: SentencePairDataModule, args: argparse.Namespace, steps: int, *,
+        state: dict[str, Any] | None = None, ranks: dict[str, int] | None = None, budget: BudgetConfig | None = None,
+        d_model: int = MODEL["d_model"]) -> tuple[dict[str, Any], SentencePairClassifier]:
+    """One system: a fresh model (``state`` loaded, then ``ranks`` as SVD factors), trained ``steps`` (0: not trained,
+    only evaluated), with CoMERA when ``budget`` is given; its validation loss and test accuracy, and the model."""
+    L.seed_everything(args.seed, verbose=False)
+    model = _model(data, d_model)
+    if state is not None:
+        model.load_state_dict(copy.deepcopy(state))
+    if ranks:
+        svd_factors_(model, ranks)
+    callbacks = [ComeraCallback(tensorize=TensorizeConfig(init="svd"), budget=budget)] if budget is not None else []
+    limit = args.limit_batches
+    trainer = L.Trainer(max_steps=max(steps, 1), callbacks=callbacks, logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
+                        limit_train_batches=limit, limit_val_batches=limit, limit_test_batches=limit)
+    started = time.perf_counter()
+    if steps:
+        trainer.fit(model, datamodule=data)
+    seconds = time.perf_counter() - started
+    validation = float(trainer.validate(model, datamodule=data, verbose=False)[0]["val/loss"])
+    tested = float(trainer.test(model, datamodule=data, verbose=False)[0]["test/acc"])
+    result = {"system": system, "d_model": d_model, "parameters": _parameters(model), "steps": trainer.global_step,
+              "val_loss": round(validation, 4), "test_acc": round(tested, 4), "seconds": round(seconds, 1)}
+    print(f"  {system:8s} d_model {d_model:3d} parameters {result['parameters']:9,} steps {result['steps']:5d} val loss "
+          f"{validation:.4f} test acc {tested:.4f} ({result['seconds']}s)", file=sys.stderr, flush=True)
+    return result, model
+
+
+def dense_steps(data: SentencePairDataModule, args: argparse.Namespace) -> int:
+    """The dense training's optimizer steps: ``--epochs`` epochs of the training data (``--limit-batches`` each)."""
+    per_epoch = len(data.train_dataloader())
+    return args.epochs * (min(per_epoch, args.limit_batches) if args.limit_batches else per_epoch)
+
+
+def trained_dense(data: SentencePairDataModule, args: argparse.Namespace, steps: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The dense model trained ``steps`` (from the cache when it holds this very run): (weights, result)."""
+    settings = json.dumps({"model": MODEL, "data": DATA, "steps": steps, "limit": args.limit_batches}, sort_keys=True)
+    key = f"pairs_s{steps}_seed{args.seed}_{hashlib.sha1(settings.encode()).hexdigest()[:10]}"
+    path = args.cache / f"{key}.pt"
+    if path.exists():
+        saved = torch.load(path, weights_only=False)
+        print(f"  dense    from the cache {path}: val loss {saved['result']['val_loss']:.4f} test acc "
+              f"{saved['result']['test_acc']:.4f}", file=sys.stderr, flush=True)
+        return saved["state"], {**saved["result"], "cached": True}
+    result, model = fit("dense", data, args, steps)
+    state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({"state": state, "result": result}, path)
+    return state, result
+
+
+def svd_ranks_of(model: torch.nn.Module) -> dict[str, int]:
+    """Each tensorized layer's rank as plain factors holding the parameters its cores hold now (``compress.py``'s rule
+    on a model whose layers are its own, not under ``.model``)."""
+    ranks = {}
+    for name, layer in tt_layers(model):
+        rows, cols = (layer.num_embeddings, layer.embedding_dim) if hasattr(layer, "num_embeddings") else (
+            layer.in_features, layer.out_features)
+        ranks[name] = max(1, round(sum(core.numel() for core in layer.cores) / (rows + cols)))
+    return ranks
+
+
+def compress_at(data: SentencePairDataModule, args: argparse.Namespace, systems: list[str], state: dict[str, Any],
+                compression: float, steps: int, extra: int) -> dict[str, dict[str, Any]]:
+    """Every system of ``systems`` at one compression, from the trained ``state`` (``steps``: the dense training's)."""
+    options = _options(args.comera)
+    results: dict[str, dict[str, Any]] = {}
+    comera, model = fit("comera", data, args, extra, state=state,
+                        budget=BudgetConfig(compression=compression, **options))
+    ranks = svd_ranks_of(model)
+    results["comera"] = {**comera, "ranks": ranks}
+    if "svd" in systems:
+        results["svd"], _ = fit("svd", data, args, 0, state=state, ranks=ranks)
+    if "svd_ft" in systems:
+        results["svd_ft"], _ = fit("svd_ft", data, args, extra, state=state, ranks=ranks)
+    if "fixed" in systems:
+        fixed = BudgetConfig(compression=compression, **{**options, "adapt": False})
+        results["fixed"], _ = fit("fixed", data, args, extra, state=state, budget=fixed)
+    if "small" in systems:
+        width = narrow_d_model(data, comera["parameters"])
+        results["small"], _ = fit("small", data, args, steps + extra, d_model=width)
+    return results
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    args, systems = parse_args(argv)
+    torch.set_num_threads(1)
+    data = SentencePairDataModule(**DATA, seed=args.seed)
+    data.prepare_data()
+    data.setup("fit")
+    steps = dense_steps(data, args)
+    extra = max(1, round(args.extra * steps))
+    given = without_out(argv)
+    command = [a for i, a in enumerate(given) if not a.startswith("--cache") and (i == 0 or given[i - 1] != "--cache")]
+    out: dict[str, Any] = {
+        "benchmark": "compress_pairs", "command": " ".join(["python -m benchmarks.quality.compress_pairs", *command]),
+        "date": datetime.date.today().isoformat(), "machine": machine_basics(), "model": MODEL, "data": DATA,
+        "args": {k: v for k, v in vars(args).items() if k not in ("cache", "out")}, "systems": systems,
+        "dense_steps": steps, "extra_steps": extra}
+    state, out["dense"] = trained_dense(data, args, steps)
+    if "dense_ft" in systems:
+        out["dense_ft"], _ = fit("dense_ft", data, args, extra, state=state)
+    out["by_compression"] = {f"{c:g}": compress_at(data, args, systems, state, c, steps, extra)
+                             for c in (float(c) for c in args.compressions.split(",") if c)}
+    path = args.out or RESULTS / "compress_pairs.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(out, indent=1) + "\n")
+    print(table(out))
+    print(f"wrote {path}", file=sys.stderr)
+    return out
+
+
+def _cell(run: dict[str, Any], dense: dict[str, Any]) -> str:
+    points = 100 * (run["test_acc"] - dense["test_acc"])
+    return f"{run['test_acc']:.4f} ({points:+.1f}), {run['val_loss']:.4f}, {run['parameters']:,}"
+
+
+def table(out: dict[str, Any]) -> str:
+    """Test accuracy (points against the trained dense model), validation loss and parameters per system and
+    compression (markdown), the dense model's above them."""
+    dense = out["dense"]
+    lines = [f"Sentence-pair Transformer ({out['machine']['cpu']}, {out['date']}): `{out['command']}`", "",
+             f"dense trained {out['dense_steps']} steps: test acc {dense['test_acc']:.4f}, val loss {dense['val_loss']:.4f},"
+             f" {dense['parameters']:,} parameters"
+             + (f"; dense + {out['extra_steps']} extra steps: {_cell(out['dense_ft'], dense)}" if "dense_ft" in out else ""),
+             ""]
+    shown = [s for s in SYSTEMS if s != "dense_ft" and s in out["systems"] + ["comera"]]
+    lines += ["| compression | " + " | ".join(shown) + " |", "|---|" + "---|" * len(shown)]
+    for compression, results in out["by_compression"].items():
+        lines.append(f"| {compression}× | " + " | ".join(_cell(results[s], dense) for s in shown) + " |")
+    return "\n".join(lines) + ("\n\nTest accuracy (points against dense), validation loss, the whole model's parameters; "
+                               "small: dense at a smaller d_model, trained from scratch for all the steps.\n")
+
+
+if __name__ == "__main__":
+    main()

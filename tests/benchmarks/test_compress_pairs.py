@@ -1,0 +1,44 @@
+"""benchmarks/quality/compress_pairs: one compression end to end on a few batches of the clothing-review pairs."""
+
+import json
+
+import pytest
+
+from benchmarks.quality import compress_pairs
+
+
+def test_every_system_runs_from_the_trained_dense_weights(tmp_path):
+    out = tmp_path / "compress.json"
+    result = compress_pairs.main(["--check", "--cache", str(tmp_path / "cache"), "--out", str(out)])
+    assert json.loads(out.read_text()) == result
+    assert result["dense_steps"] == 8 and result["extra_steps"] == 2
+    assert result["dense_ft"]["steps"] == 2
+    runs = result["by_compression"]["8"]
+    assert set(runs) == {"comera", "svd", "svd_ft", "fixed", "small"}
+    assert runs["svd"]["steps"] == 0 and runs["svd_ft"]["steps"] == 2 and runs["small"]["steps"] == 10
+    assert runs["svd"]["parameters"] == runs["svd_ft"]["parameters"], "svd_ft fine-tunes svd's factors"
+    assert runs["comera"]["ranks"] and all(rank >= 1 for rank in runs["comera"]["ranks"].values())
+    assert all(run["parameters"] < result["dense"]["parameters"] for run in runs.values())
+    assert runs["small"]["d_model"] < compress_pairs.MODEL["d_model"]
+    assert "--out" not in result["command"] and "--cache" not in result["command"], "no local path in the JSON"
+    assert "| 8× |" in compress_pairs.table(result)
+
+
+def test_the_dense_training_is_cached_and_systems_choose_what_runs(tmp_path):
+    cache = tmp_path / "cache"
+    first = compress_pairs.main(["--check", "--systems", "comera", "--cache", str(cache), "--out", str(tmp_path / "a.json")])
+    again = compress_pairs.main(["--check", "--systems", "comera,svd", "--comera", "late_objective=budget",
+                                 "--cache", str(cache), "--out", str(tmp_path / "b.json")])
+    assert len(list(cache.glob("*.pt"))) == 1 and again["dense"]["cached"]
+    assert {k: v for k, v in again["dense"].items() if k != "cached"} == first["dense"]
+    assert set(again["by_compression"]["8"]) == {"comera", "svd"} and "dense_ft" not in again
+    assert "| compression | comera | svd |" in compress_pairs.table(again).splitlines()
+
+
+@pytest.mark.parametrize("options, problem", [(["--systems", "svd"], "add comera"),
+                                              (["--systems", "comera,wide"], "unknown ['wide']"),
+                                              (["--comera", "width=3"], "unknown ['width']")])
+def test_a_wrong_option_is_refused_naming_it(options, problem, capsys):
+    with pytest.raises(SystemExit):
+        compress_pairs.main(options)
+    assert problem in capsys.readouterr().err
