@@ -1,6 +1,6 @@
 """comera_lightning: rank-adaptive tensor-train training (CoMERA) for PyTorch Lightning.
 
-The public API is ``__all__`` (the same list as docs/DESIGN.md, "Public API").
+The public API is ``__all__`` (the same list as docs/DESIGN_API.md, "Public API").
 """
 
 from comera_lightning._optional import lazy_exports

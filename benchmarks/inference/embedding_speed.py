@@ -25,7 +25,7 @@ Per workload, in one process (``embedding_timing.py``: interleaved rounds, order
    torch's fused Adagrad on the MLPs, TT torch's fused Adagrad on everything.
 
 Writes ``benchmarks/results/embedding_speed.json`` (host, settings, per-round times) and prints
-markdown. One torch thread by default (the host is shared; see docs/INFERENCE.md, "Threads").
+markdown. One torch thread by default (the host is shared; see docs/INFERENCE_MEASURED.md, "Threads").
 Run time on 2 shared cores: about 105 s, peak RSS 8.1 GB (``--quick``: about 40 s; the test's
 ``--quick --no-export``: about 15 s).
 Memory: the dense Criteo tables are 2.2 GB; at most the dense tables, their int8 copy and the

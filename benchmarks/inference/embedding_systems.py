@@ -134,7 +134,7 @@ def state_dict_bytes(model: Any) -> int:
 
 def export_bytes(model: Any, example: Any) -> int:
     """Size on disk of the DLRM exported through ``comera_lightning.export`` (dense-tensor entry point, ``prefer="speed"``:
-    small tables dense, hot rows, as docs/INFERENCE.md's figures were measured, with the large tables' cores then, their
+    small tables dense, hot rows, as docs/INFERENCE_EMBEDDINGS.md's figures were measured, with the large tables' cores then, their
     half tables since; ``export_prefer.py`` compares "size")."""
     from comera_lightning import export
     from comera_lightning.export.dlrm import feature_names, kjt_to_ids

@@ -18,7 +18,7 @@ in this order:
 
 Run time on 2 shared cores: about 3 minutes (``--quick``: about 2). One torch thread by default:
 with 2 threads on a shared host, rounds stall whenever another process holds a core
-(docs/INFERENCE.md, "Threads").
+(docs/INFERENCE_MEASURED.md, "Threads").
 
     .venv/bin/python -m benchmarks.inference.latency.latency [--quick] [--workloads transformer,dlrm] [--rounds 7]
         [--warmup 2] [--threads 1] [--out benchmarks/results/inference.json]

@@ -79,7 +79,7 @@ def build_torch_model(workload: str, system: str) -> Any:
 def export_to(workload: str, path: Path) -> None:
     """Export the pruned model of ``workload`` to ``path`` (batch 2 example: the batch size stays dynamic).
 
-    ``prefer="speed"``, as docs/INFERENCE.md's figures were measured (with cores and hot rows: "speed" stored a large
+    ``prefer="speed"``, as docs/INFERENCE_MEASURED.md's figures were measured (with cores and hot rows: "speed" stored a large
     table's cores then, its half tables since; ``export_prefer.py`` compares "size").
     """
     from comera_lightning import export

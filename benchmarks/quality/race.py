@@ -28,7 +28,7 @@ printed at the end is the README's.
 The long-horizon race (``sweep.py``): ``--tokens-per-param 20`` trains each model for 20 tokens per dense
 parameter (the budget users train for), ``--lrs 3e-4,1e-3,3e-3`` trains every system at each peak LR and the
 headline compares each at its best, ``--seeds 1`` reruns dense and CoMERA at their best LR with another seed
-(the spread), ``--warmup 0.1 --min-lr 0.1`` is the anchors' schedule (docs/TUNING.md, "The long-horizon race").
+(the spread), ``--warmup 0.1 --min-lr 0.1`` is the anchors' schedule (docs/TUNING_LONG_RACE.md, "The long-horizon race").
 
 The full race (four models, 400 steps each; a few hours in all on 2 cores, estimated) as two
 one-thread processes side by side, one per family, then merged into one JSON, PNG and table:

@@ -1,6 +1,6 @@
 """One model's race over a sweep of learning rates: every system at every LR, the headline at each one's best.
 
-A comparison is only fair when every system gets its best LR from the same sweep (docs/TUNING.md, "The
+A comparison is only fair when every system gets its best LR from the same sweep (docs/TUNING_LONG_RACE.md, "The
 long-horizon race"). Per model: each system of the race at each peak LR of ``settings.swept_lrs``
 (``runs.race_at_lr``; the narrow and low-rank baselines take CoMERA's size at that LR); each system's best LR
 (lowest final validation loss); ``dense_time`` (dense at its best LR given CoMERA's training seconds at its

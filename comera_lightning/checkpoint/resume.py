@@ -1,4 +1,4 @@
-"""What an exact resume needs beyond Lightning's own restore (docs/DESIGN.md "Checkpoints and resume").
+"""What an exact resume needs beyond Lightning's own restore (docs/DESIGN_FLOW.md "Checkpoints and resume").
 
 * The random number generators: Lightning does not save them, so dropout and masking after a
   resume draw other numbers than the run that was interrupted. ``capture_rng_state`` /

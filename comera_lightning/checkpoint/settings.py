@@ -1,4 +1,4 @@
-"""Arguments given now versus those of the checkpoint being resumed (docs/DESIGN.md "Checkpoints and resume").
+"""Arguments given now versus those of the checkpoint being resumed (docs/DESIGN_FLOW.md "Checkpoints and resume").
 
 Precedence: a checkpoint carries *progress* (stage, L₀ and S₀, prune count, ranks, weights, the
 gates' Adam moments); the *settings* (schedule lengths, weights of the objective, ``gate_lr``,

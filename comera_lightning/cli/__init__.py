@@ -35,7 +35,7 @@ def _has_program(args: list[str]) -> bool:
 
 
 SUBCOMMANDS: dict[str, Subcommand] = {
-    "export": Subcommand(export_main, "write a trained checkpoint as a torch.export program (docs/INFERENCE.md)"),
+    "export": Subcommand(export_main, "write a trained checkpoint as a torch.export program (docs/INFERENCE_EXPORT.md)"),
     "predict": Subcommand(predict_main, "with --program: run an exported program over the test split", _has_program),
 }
 

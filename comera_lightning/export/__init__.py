@@ -92,7 +92,7 @@ def replace_tt_layers_(module: nn.Module, rows: dict[str, int] | None = None, pr
         if type(parent).__name__ == "TTEmbeddingBagCollection":
             raise TypeError(
                 f"{parent_name} is a TTEmbeddingBagCollection, whose KeyedJaggedTensor inputs need TorchRec to load: "
-                "export the DLRMClassifier (dense-tensor entry point, docs/INFERENCE.md) or call to_dense first."
+                "export the DLRMClassifier (dense-tensor entry point, docs/INFERENCE_EXPORT.md) or call to_dense first."
             )
         setattr(parent, child, chosen.module)
         forms.append(LayerForm(name, chosen.form, module_bytes(chosen.module), chosen.why))

@@ -5,7 +5,7 @@
 the factors are the cores, and need no contraction per call); a ``TTEmbedding`` keeps its cores;
 either becomes dense only where dense is smaller. No hot rows unless ``hot_rows`` asks for them.
 
-``prefer="speed"`` expands where that measured faster (docs/INFERENCE.md, "Size or speed"): a
+``prefer="speed"`` expands where that measured faster (docs/INFERENCE_MEASURED.md, "Size or speed"): a
 ``TTLinear`` keeps its cores only where re-contracting them costs at most ``CONTRACTION_SHARE`` of
 its two matmuls for the rows per call the example inputs send through it, else its two factors
 (``r·(in + out)`` multiply-adds per row), or dense where ``r·(in + out) ≥ in·out``; a ``TTEmbedding``
@@ -13,7 +13,7 @@ keeps the hot rows it counted (its ``cache_rows``: 4 MiB by default) and, with m
 its two **half tables** instead of its cores: a miss is then one product of their rows, not the chain
 of its core slices (``forms.CoresEmbedding``), measured 1.25–7.8× faster than the cores with the same
 hot rows (3 and 4 cores, dim 16–64, rank 4–32, batch 1 and 4,096; a DLRM program 1.04–1.18×:
-docs/INFERENCE.md, "Size or speed"), for more bytes (2.3 MB instead of 0.8 MB at 1M × 64, rank 32).
+docs/INFERENCE_MEASURED.md, "Size or speed"), for more bytes (2.3 MB instead of 0.8 MB at 1M × 64, rank 32).
 It becomes a dense table where the hot-row budget holds the whole table, or where dense is smaller.
 
 ``miss_tables`` (``embedding_form`` only): None (``prefer``'s default: cores for "size", half tables

@@ -1,4 +1,4 @@
-"""TensorizedModule: the contract every tensorized layer implements (docs/DESIGN.md, "Extension points").
+"""TensorizedModule: the contract every tensorized layer implements (docs/DESIGN_API.md, "Extension points").
 
 A tensorized layer stands for a dense module (``nn.Linear``, ``nn.Embedding``, a TorchRec
 ``EmbeddingBagCollection``, ...) and holds its weights as one or more tensor trains

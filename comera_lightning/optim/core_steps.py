@@ -10,7 +10,7 @@ among many tokens: a token's own row (or column) moves only through a core scale
 other cores, several times slower. Linear maps between features have no such per-token rows; their products
 learn at the dense layer's pace without help, and so does a head's input core: shared by every token, its step
 moves every column at once, by an amount that grows with the head's rank (stretched too, it blew a width-512
-model with a 32,000-token head up within 15 steps). Measured on the quality race (docs/TUNING.md, "Core
+model with a 32,000-token head up within 15 steps). Measured on the quality race (docs/TUNING_STEP_RULE.md, "Core
 steps"): stretching the vocabulary layers' steps and no others beats one constant for every layer (the
 previous default, 6 everywhere: it left a Llama classifier at chance and a byte-level model 8 % behind) and
 three rules derived per layer or per core from the cores' norms and steps, at every LR of the sweep.
@@ -40,7 +40,7 @@ __all__ = ["DEFAULT_CORE_STEP_SCALE", "VOCABULARY_STEP_SCALE", "CoreStepScale", 
 #: The default rule: the cores indexed by tokens stretched, every other core left alone (module docstring).
 DEFAULT_CORE_STEP_SCALE = "auto"
 #: How far a vocabulary layer's cores move under ``"auto"``, relative to the optimizer's step. Chosen on the
-#: quality race (docs/TUNING.md, "Core steps": 3, 6, 12 and 24 at two LRs on two model families).
+#: quality race (docs/TUNING_STEP_RULE.md, "Core steps": 3, 6, 12 and 24 at two LRs on two model families).
 VOCABULARY_STEP_SCALE = 12.0
 
 CoreStepScaleArg = Union[float, Literal["auto"]]

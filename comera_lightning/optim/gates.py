@@ -3,7 +3,7 @@
 Why: under the module's optimizer a gate moves at most about that optimizer's ``lr`` per step
 (Adam-like) or by its tiny gradient (SGD), under its schedule and weight decay, so with a
 typical ``AdamW(self.parameters(), lr=1e-3)`` and a cosine decay no gate ever reaches the pruning
-threshold (docs/DESIGN.md, step 1 of the data flow). ``attach`` takes the gates out of the module's
+threshold (docs/DESIGN_FLOW.md, step 1 of the data flow). ``attach`` takes the gates out of the module's
 optimizers (their param groups stay, so LR schedulers keep working) and steps a plain Adam at
 ``lr`` without weight decay right after the optimizer that held them steps, so gradient
 accumulation follows it. Limits: all gates follow the first optimizer that held any (with several

@@ -44,7 +44,7 @@ class TensorizeConfig:
         embedding_rank_fraction: an ``nn.Embedding``'s largest rank as a fraction of its embedding dim, when neither
             ``embedding_max_rank`` nor ``max_rank`` is set.
         head_rank_fraction: a vocabulary head's (``include_heads``) largest rank as a fraction of its width, when
-            ``max_rank`` is not set (3/8: chosen on the quality race, docs/TUNING.md "Output heads").
+            ``max_rank`` is not set (3/8: chosen on the quality race, docs/TUNING_QUALITY_RACE.md "Output heads").
         num_cores: cores per side of a linear layer (or ``[input cores, output cores]``); 1: a gated
             low-rank product, 3: the paper's six-core trains (docs/METHOD.md §1.1).
         embedding_num_cores: cores of an embedding table; None: 2 for an ``nn.Embedding`` (a two-core TT-matrix),
@@ -54,13 +54,13 @@ class TensorizeConfig:
         layer_config: per-layer overrides, ``{rule: {option: value}}``; a rule is a name, a dotted
             suffix, or ``"re:<regex>"``.
         include_embeddings: with ``target_modules`` None, tensorize ``nn.Embedding`` tables too (the default:
-            on docs/TUNING.md's race a two-core TT token table at half the dim lowered a Llama's loss while
+            on docs/TUNING_QUALITY_RACE.md's race a two-core TT token table at half the dim lowered a Llama's loss while
             removing most of its parameters; TorchRec collections are tensorized either way).
         include_attention: with ``target_modules`` None, tensorize attention projections too (they stay
             dense by default: compressing them costs language models the most quality, docs/TUNING.md).
         include_heads: with ``target_modules`` None, tensorize output heads to a vocabulary (more outputs than
             inputs, e.g. a language model's untied ``lm_head``) too, at ``head_rank_fraction`` (the default: such a
-            head is most of a small model's step; docs/TUNING.md "Output heads"). Classification heads (fewer outputs
+            head is most of a small model's step; docs/TUNING_QUALITY_RACE.md "Output heads"). Classification heads (fewer outputs
             than inputs) and tied heads stay dense either way.
         min_compression: layers that would compress less than this stay dense.
         gate_threshold: a rank gate at or below this is dead and pruned, in ``[0, 1)``.

@@ -2,7 +2,7 @@
 
 Importing this module registers them (``comera_lightning.tensorize`` does). ``build_linear_like``
 and the ``*_defaults`` functions are what a converter of a linear- or embedding-like type of
-your own reuses (``integrations/hf.py`` is the worked example of docs/DESIGN.md).
+your own reuses (``integrations/hf.py`` is the worked example of docs/DESIGN_API.md).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def linear_defaults(config: TensorizeConfig) -> dict[str, Any]:
 
 
 #: Cores of a table when ``embedding_num_cores`` is None: a token table as a two-core TT-matrix (chosen on the
-#: quality race, docs/TUNING.md), a TorchRec table as four (TT-Rec's layout; its rows are millions).
+#: quality race, docs/TUNING_QUALITY_RACE.md), a TorchRec table as four (TT-Rec's layout; its rows are millions).
 TOKEN_TABLE_CORES, BAG_TABLE_CORES = 2, 4
 
 
@@ -119,11 +119,11 @@ def no_converter_reason(module: nn.Module, shape: str) -> str:
     """What the report says of a module whose type has no converter but a large weight: why, and what to do."""
     if isinstance(module, nn.modules.conv._ConvNd):
         advice = ("convolutions have no TT form here, it stays dense (a ViT patch embedding or a Whisper front end is a "
-                  "small share of the model); to tensorize one, register a Converter (docs/DESIGN.md, Extension points)")
+                  "small share of the model); to tensorize one, register a Converter (docs/DESIGN_API.md, Extension points)")
     elif isinstance(module, nn.EmbeddingBag):
         advice = "use nn.Embedding, or TorchRec's EmbeddingBagCollection (tensorized once torchrec is imported)"
     else:
-        advice = ("it stays dense; register a Converter for its type to tensorize it (docs/DESIGN.md, Extension points), "
+        advice = ("it stays dense; register a Converter for its type to tensorize it (docs/DESIGN_API.md, Extension points), "
                   "or name it in exclude_modules to leave it out of the report")
     return f"{type(module).__name__} with a {shape} weight has no TT converter: {advice}"
 

@@ -5,7 +5,7 @@ dense module, which per-layer options (``layer_config`` keys) apply to it, and w
 takes from the :class:`~comera_lightning.tensorize.config.TensorizeConfig`. ``register_converter``
 adds one; an optional integration (TorchRec, Hugging Face) is declared with
 ``register_integration`` and imported only once the program has imported its dependency, so
-looking a module up never imports a slow or missing package. docs/DESIGN.md has a worked example.
+looking a module up never imports a slow or missing package. docs/DESIGN_API.md has a worked example.
 """
 
 from __future__ import annotations

@@ -150,7 +150,7 @@ def _clicks(seed: int) -> tuple:
 
 
 def _dense_ids(model: nn.Module, inputs: tuple) -> tuple:
-    """The DLRM's export entry point takes ``(dense, ids)`` instead of a KeyedJaggedTensor (docs/INFERENCE.md)."""
+    """The DLRM's export entry point takes ``(dense, ids)`` instead of a KeyedJaggedTensor (docs/INFERENCE_EXPORT.md)."""
     from comera_lightning.export.dlrm import feature_names, kjt_to_ids
 
     return inputs[0], kjt_to_ids(inputs[1], feature_names(model))
