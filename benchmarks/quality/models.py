@@ -149,6 +149,30 @@ def _cost(shape: tuple[int, int, int], rank: int) -> int:
     return min(rank * (rows + cols), rows * cols) + bias  # a factorisation no smaller than the layer stays dense
 
 
+@torch.no_grad()
+def svd_factors_(model: nn.Module, ranks: dict[str, int]) -> None:
+    """Replace each layer of ``ranks`` by its truncated SVD as plain factors (``U√S``, ``√S·Vᵀ``) of that rank: the
+    plain path a user writes to compress a trained model (``benchmarks/quality/compress.py``)."""
+    for name, rank in ranks.items():
+        old = model.get_submodule(name)
+        rows, cols, bias = _shape(old)
+        weight = old.weight.detach().float()
+        weight = weight if isinstance(old, nn.Embedding) or type(old).__name__ == "Conv1D" else weight.T  # (rows, cols)
+        left, singular, right = torch.linalg.svd(weight, full_matrices=False)
+        root = singular[:rank].sqrt()
+        a, b = left[:, :rank] * root, root[:, None] * right[:rank]
+        if isinstance(old, nn.Embedding):
+            new: nn.Module = LowRankEmbedding(rows, cols, rank, 1.0)
+            new.a.copy_(a), new.b.copy_(b)
+        else:
+            new = LowRankLinear(rows, cols, rank, bias > 0, 1.0)
+            new.u.copy_(a), new.v.copy_(b)
+            if bias:
+                new.bias.copy_(old.bias)
+        parent, _, child = name.rpartition(".")
+        setattr(model.get_submodule(parent) if parent else model, child, new.to(old.weight.device))
+
+
 def low_rank_(model: nn.Module, names: list[str], budget: int) -> int:
     """Replace ``names`` by rank-r factorisations, one r for all, the largest whose parameters fit ``budget``.
 

@@ -1,0 +1,194 @@
+r"""Compressing a trained model: CoMERA against the plain paths a user would write instead (issue #52).
+
+A causal LM (``ModelSpec``, default a Llama of width 64 and 4 blocks on the code corpus) is trained dense for
+``--train-steps`` (AdamW, warm-up + cosine), then, from those weights, each system trains ``--extra`` more steps
+(a fraction of the training steps) at ``--ft-lr``, in one process, same data and seed:
+
+* ``comera``: ``ComeraCallback(tensorize=TensorizeConfig(init="svd"), budget=BudgetConfig(compression=C))``, the two
+  lines a user adds (plus ``--comera`` / ``--tensorize`` overrides);
+* ``svd``: every layer CoMERA tensorized replaced by its truncated SVD as plain factors at the rank CoMERA ended with
+  (the same parameters per layer), not trained;
+* ``svd_ft``: the same, fine-tuned the same extra steps (the plain path: SVD + fine-tuning);
+* ``dense_ft``: the dense model trained the same extra steps (what compression costs);
+* ``small``: a dense model of CoMERA's final size (narrower) trained from scratch for all the steps.
+
+    python -m benchmarks.quality.compress --compressions 2,4 --out benchmarks/results/compress_llama64.json
+    python -m benchmarks.quality.compress --check     # a tiny model, a few steps: the pipeline runs
+
+The trained dense weights are cached (``--cache``) so that several compress runs share one training.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from benchmarks.probes import RESULTS, machine_basics
+from benchmarks.quality.models import ModelSpec, narrow_width
+from benchmarks.quality.runs import fit, print_result
+from benchmarks.quality.settings import RaceSettings, _options
+
+SYSTEMS = ("comera", "svd", "svd_ft", "dense_ft", "small")
+CHECK = {"model": "llama:32:1", "train_steps": 16, "epochs": 2, "batch_size": 4, "block_size": 32, "vocab_size": 300,
+         "max_bytes": 300_000, "val_batches": 2}
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="llama:64:4", help="family:width:layers")
+    parser.add_argument("--train-steps", type=int, default=1080, help="steps of the dense training")
+    parser.add_argument("--extra", type=float, default=0.25, help="compress steps, as a fraction of --train-steps")
+    parser.add_argument("--compressions", default="2,4", help="compressions of the tensorized layers, comma-separated")
+    parser.add_argument("--systems", default=",".join(SYSTEMS), help=f"comma-separated, from {','.join(SYSTEMS)}")
+    parser.add_argument("--lr", type=float, default=1e-3, help="peak LR of the dense training (and of small)")
+    parser.add_argument("--ft-lr", type=float, default=3e-4, help="peak LR of the compress runs")
+    parser.add_argument("--epochs", type=int, default=8, help="validations of the dense training")
+    parser.add_argument("--ft-epochs", type=int, default=4, help="validations of a compress run (one per epoch)")
+    for name, default in (("batch_size", 32), ("block_size", 128), ("vocab_size", 512), ("max_bytes", 6_000_000),
+                          ("val_batches", 16), ("seed", 0), ("threads", 2)):
+        parser.add_argument(f"--{name.replace('_', '-')}", type=int, default=default)
+    parser.add_argument("--comera", nargs="*", default=[], help="ComeraCallback / BudgetConfig options, key=value")
+    parser.add_argument("--tensorize", nargs="*", default=[], help="TensorizeConfig fields, key=value")
+    parser.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "comera_compress",
+                        help="where the trained dense weights are kept")
+    parser.add_argument("--out", type=Path, default=None, help="the JSON (default benchmarks/results/compress_<model>.json)")
+    parser.add_argument("--check", action="store_true", help="a tiny model and a few steps: the pipeline runs")
+    args = parser.parse_args(argv)
+    if args.check:
+        for key, value in CHECK.items():
+            setattr(args, key, value)
+        args.ft_epochs, args.out = 2, args.out or Path("/tmp/compress_check.json")
+    unknown = sorted(set(args.systems.split(",")) - set(SYSTEMS))
+    if unknown:
+        parser.error(f"--systems: unknown {unknown}; choose from {','.join(SYSTEMS)}")
+    return args
+
+
+def settings_for(args: argparse.Namespace, steps: int, epochs: int, lr: float) -> RaceSettings:
+    """The race's settings for one phase (``steps`` at peak ``lr``, ``epochs`` validations)."""
+    return RaceSettings(steps=steps, epochs=epochs, batch_size=args.batch_size, block_size=args.block_size,
+                        vocab_size=args.vocab_size, max_bytes=args.max_bytes, val_batches=args.val_batches, lr=lr,
+                        seed=args.seed, threads=args.threads, comera=_options(args.comera),
+                        tensorize={"init": "svd", **_options(args.tensorize)})
+
+
+def trained_dense(args: argparse.Namespace, spec: ModelSpec, data: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The dense model trained ``--train-steps`` (from the cache when it holds this very run): (weights, result)."""
+    import torch
+
+    key = f"{spec.label()}_s{args.train_steps}_b{args.batch_size}x{args.block_size}_v{args.vocab_size}_lr{args.lr:g}_seed{args.seed}"
+    path = args.cache / f"{key}.pt"
+    if path.exists():
+        saved = torch.load(path, weights_only=False)
+        return saved["state"], saved["result"]
+    result, module = fit("dense", spec, settings_for(args, args.train_steps, args.epochs, args.lr), data,
+                         lr=args.lr, steps=args.train_steps)
+    print_result(result)
+    state = {k: v.detach().clone() for k, v in module.model.state_dict().items()}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({"state": state, "result": result}, path)
+    return state, result
+
+
+def svd_ranks_of(module: Any) -> dict[str, int]:
+    """Each tensorized layer's rank as plain factors holding the parameters its cores hold now."""
+    from comera_lightning.rank import tt_layers
+
+    ranks = {}
+    for name, layer in tt_layers(module.model):
+        rows, cols = (layer.num_embeddings, layer.embedding_dim) if hasattr(layer, "num_embeddings") else (
+            layer.in_features, layer.out_features)
+        ranks[name] = max(1, round(sum(core.numel() for core in layer.cores) / (rows + cols)))
+    return ranks
+
+
+def validate(module: Any, data: Any, settings: RaceSettings) -> float:
+    """The validation loss of ``module`` as it is (no training)."""
+    import lightning as L
+
+    trainer = L.Trainer(limit_val_batches=settings.val_batches, logger=False, enable_progress_bar=False,
+                        enable_model_summary=False, accelerator="cpu", devices=1)
+    return float(trainer.validate(module, datamodule=data, verbose=False)[0]["val/loss"])
+
+
+def compress_at(args: argparse.Namespace, spec: ModelSpec, data: Any, state: dict[str, Any], compression: float,
+                systems: list[str], total_steps: int) -> dict[str, dict[str, Any]]:
+    """Every system of ``systems`` at one compression, from the trained ``state``."""
+    from benchmarks.quality.lm import CausalLM
+    from comera_lightning import BudgetConfig
+
+    extra = max(args.ft_epochs, round(args.extra * args.train_steps) // args.ft_epochs * args.ft_epochs)
+    settings = settings_for(args, extra, args.ft_epochs, args.ft_lr)
+    budget = {k: v for k, v in settings.comera.items() if k in BudgetConfig.option_names()}
+    settings.comera = {"budget": BudgetConfig(compression=compression, **budget),
+                       **{k: v for k, v in settings.comera.items() if k not in budget}}
+    results: dict[str, dict[str, Any]] = {}
+    comera, module = fit("comera", spec, settings, data, lr=args.ft_lr, steps=extra, start_from=copy.deepcopy(state))
+    ranks = svd_ranks_of(module)
+    results["comera"] = {**comera, "ranks": ranks}
+    if "svd" in systems:
+        plain = CausalLM(spec, data.vocab_size, args.block_size, start_from=copy.deepcopy(state), svd_ranks=ranks)
+        plain.configure_model()
+        results["svd"] = {"system": "svd", "final_val_loss": round(validate(plain, data, settings), 4),
+                          "parameters": sum(p.numel() for p in plain.parameters())}
+    if "svd_ft" in systems:
+        results["svd_ft"], _ = fit("svd_ft", spec, settings, data, lr=args.ft_lr, steps=extra,
+                                   start_from=copy.deepcopy(state), svd_ranks=ranks)
+    if "small" in systems:
+        width = narrow_width(spec, comera["parameters"], data.vocab_size, args.block_size, 8)
+        results["small"], _ = fit("small", spec.with_width(width), settings_for(args, total_steps, args.epochs, args.lr),
+                                  data, lr=args.lr, steps=total_steps)
+    for name, result in results.items():
+        result.pop("layer_sizes", None)
+        if "curve" in result:
+            print_result(result)
+        else:
+            print(f"{spec.label()} {name:10s} val loss {result['final_val_loss']:.4f} params {result['parameters']:,}",
+                  file=sys.stderr, flush=True)
+    return results
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    from benchmarks.quality.race import data_module
+
+    args = parse_args(argv)
+    spec = ModelSpec.parse(args.model)
+    systems = args.systems.split(",")
+    data = data_module(settings_for(args, args.train_steps, args.epochs, args.lr))
+    state, dense = trained_dense(args, spec, data)
+    extra = round(args.extra * args.train_steps)
+    out: dict[str, Any] = {"benchmark": "compress", "machine": machine_basics(), "args": {
+        k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}, "dense": dense, "by_compression": {}}
+    if "dense_ft" in systems:
+        settings = settings_for(args, extra, args.ft_epochs, args.ft_lr)
+        out["dense_ft"], _ = fit("dense_ft", spec, settings, data, lr=args.ft_lr, steps=settings.steps,
+                                 start_from=copy.deepcopy(state))
+        out["dense_ft"].pop("layer_sizes", None)
+        print_result(out["dense_ft"])
+    for compression in (float(c) for c in args.compressions.split(",")):
+        out["by_compression"][f"{compression:g}"] = compress_at(args, spec, data, state, compression, systems,
+                                                                args.train_steps + extra)
+    path = args.out or RESULTS / f"compress_{spec.label()}.json"
+    path.write_text(json.dumps(out, indent=1) + "\n")
+    print(table(out))
+    return out
+
+
+def table(out: dict[str, Any]) -> str:
+    """Validation loss per system and compression, the dense model's beside them (markdown)."""
+    lines = [f"dense trained: {out['dense']['final_val_loss']:.4f}"
+             + (f"; dense + the extra steps: {out['dense_ft']['final_val_loss']:.4f}" if "dense_ft" in out else ""),
+             "", "| compression | " + " | ".join(s for s in SYSTEMS if s != "dense_ft") + " |",
+             "|---|" + "---|" * (len(SYSTEMS) - 1)]
+    for compression, results in out["by_compression"].items():
+        cells = [f"{results[s]['final_val_loss']:.4f}" if s in results else "–" for s in SYSTEMS if s != "dense_ft"]
+        lines.append(f"| {compression}x | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
