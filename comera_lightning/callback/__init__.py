@@ -103,7 +103,8 @@ class ComeraCallback(Callback):
         self.loss_target = LossTarget(b.loss_target, b.loss_target_metric)
         self.gate_optimizer = GateOptimizer(b.gate_lr, follow_schedule=b.late_objective != "paper")
         self.core_steps = CoreStepScale(core_step_scale)
-        self.events = StageEvents(self.schedule, self.stage_objective, self.loss_target, self.gate_optimizer, b.cut)
+        trained = self.tensorize_config.init == "svd" and b.late_objective == "budget"
+        self.events = StageEvents(self.schedule, self.stage_objective, self.loss_target, self.gate_optimizer, b.cut, trained)
         self.log_bond_ranks, self.check_finite_loss, self.allow_manual_optimization = log_bond_ranks, check_finite_loss, allow_manual_optimization
         self._trainer: pl.Trainer | None = None
         self._validated = False  # a (non-sanity) validation has run in this fit

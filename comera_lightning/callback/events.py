@@ -1,4 +1,4 @@
-"""What the schedule's decisions do to a run: the stage switch, a prune, a refreshed L₀ (docs/DESIGN.md, "where a prune goes").
+"""What the schedule's decisions do to a run: the stage switch, a prune, a refreshed L₀ (docs/DESIGN_FLOW.md, "where a prune goes").
 
 :class:`~comera_lightning.schedule.StageSchedule` only decides (``"switch"``, ``"prune"``,
 ``"finish"``); :class:`StageEvents` carries a decision out on the Trainer's module, optimizers and
@@ -15,7 +15,8 @@ from comera_lightning.callback.trainer import mean_over_ranks, rewrap_ddp
 from comera_lightning.optim.gates import GateOptimizer
 from comera_lightning.rank import PruneSummary, active_size, latch_dead_gates_, prune_, shrink_to_, state_follower, tt_layers
 from comera_lightning.schedule import ComeraObjective, LossTarget, StageSchedule
-from comera_lightning.schedule.config import BUDGET_PRUNES, BUDGET_SHRINK_SHARE
+from comera_lightning.schedule.config import BUDGET_PRUNES, BUDGET_SHRINK_SHARE, TRAINED_EARLY_SHARE, TRAINED_LATE_SHARE
+from comera_lightning.schedule.cut_watch import WindowStats
 from comera_lightning.strategy.protocol import ResizeListener
 
 __all__ = ["PRUNE_REASONS", "StageEvents", "warn_rank0"]
@@ -28,14 +29,19 @@ class StageEvents:
     """The schedule's events carried out on a run: the switch fixes L₀, S and S₀; every event prunes; the finish ends the late stage."""
 
     def __init__(self, schedule: StageSchedule, objective: ComeraObjective, loss_target: LossTarget, gates: GateOptimizer,
-                 cut: str = "gates") -> None:
+                 cut: str = "gates", trained: bool = False) -> None:
         self.schedule, self.objective, self.loss_target, self.gates = schedule, objective, loss_target, gates
         self.cut = cut  # BudgetConfig.cut: "svd" re-expresses a linear layer's bond in its SVD basis before cutting it
+        self.trained = trained  # the layers start from trained weights: the budget's stages follow resolve_trained
         self.rank0_reported: set[str] = set()  # layers already warned about
         self.held_at: list[int] = []  # steps at which the guard held the budget's shrinking
 
     def announce(self, trainer: pl.Trainer) -> None:
-        """Fix the default early stage from the Trainer's length; say how long it is, or why nothing will be compressed."""
+        """Fix the default stages from the Trainer's length; say how long they are, or why nothing will be compressed."""
+        total = _run_length(trainer)[0] if self.trained and not self.schedule.lengths_given else None
+        if total:
+            rank_zero_info(f"ComeraCallback: {self.schedule.resolve_trained(total, TRAINED_EARLY_SHARE, TRAINED_LATE_SHARE, trainer.max_epochs)}")
+            return
         infos, warnings_ = self.schedule.resolve(trainer.max_epochs, trainer.max_steps)
         for message in infos:
             rank_zero_info(f"ComeraCallback: {message}")
@@ -73,8 +79,16 @@ class StageEvents:
         """The budget's late stage: cut the least important ranks down to this prune's size, unless the guard holds them."""
         if self.objective.late != "budget" or self.schedule.stage != "late" or trainer.global_step == self.schedule.late_start_step:
             return
-        if self.objective.guard.paused:
+        watch = self.objective.watch
+        stats = watch.window()
+        if stats is not None and trainer.world_size > 1:
+            stats = WindowStats(mean_over_ranks(trainer, value) for value in stats)
+        if self.objective.guard.paused or not watch.allows(stats):
             self.held_at.append(trainer.global_step)
+            if not self.objective.guard.paused:
+                rank_zero_info(f"ComeraCallback: cut held at step {trainer.global_step}: the training loss since the last "
+                               f"prune, {stats.mean:.4f} ± {stats.error:.4f}, is more than loss_tolerance={watch.tolerance} "
+                               f"above its level before the cuts, {watch.best:.4f}.")
             return
         target = self.objective.target_size(self.schedule.late_progress(trainer.global_step))
         follow = state_follower(trainer.optimizers, self.gates) if self.cut == "svd" else None
@@ -138,8 +152,9 @@ class StageEvents:
         if reached <= asked * (1 + BUDGET_TOLERANCE):
             return line + "."
         if self.held_at:
-            return (line + f": the quality guard held the shrinking at step(s) {self.held_at} (the validation loss was more "
-                    f"than loss_tolerance={self.objective.guard.tolerance} above its best); raise loss_tolerance to reach it.")
+            return (line + f": the quality guard held the shrinking at step(s) {self.held_at} (the training loss since the "
+                    f"last cut, or the validation loss, was more than loss_tolerance={self.objective.guard.tolerance} above "
+                    "its best); raise loss_tolerance or give the late stage more steps to reach it.")
         return line + ": every bond is at its last rank (allow_rank0=True lets layers go) or the late stage ended early."
 
 

@@ -30,7 +30,8 @@ from comera_lightning.rank import CompressionStats
 from comera_lightning.tensorize import planned_sizes
 from comera_lightning.tensorize.config import TensorizeConfig
 
-__all__ = ["BUDGET_CUTS", "BUDGET_LATE_OBJECTIVES", "DEFAULT_COMPRESSION", "BUDGET_PRUNES", "BUDGET_SHRINK_SHARE", "START_FACTOR", "BudgetConfig"]
+__all__ = ["BUDGET_CUTS", "BUDGET_LATE_OBJECTIVES", "DEFAULT_COMPRESSION", "BUDGET_PRUNES", "BUDGET_SHRINK_SHARE", "START_FACTOR", "TRAINED_EARLY_SHARE",
+           "TRAINED_LATE_SHARE", "BudgetConfig"]
 
 #: The size asked when none is: the tensorized layers 4x smaller than dense (they start at 2x: START_FACTOR).
 DEFAULT_COMPRESSION = 4.0
@@ -38,6 +39,12 @@ DEFAULT_COMPRESSION = 4.0
 #: ``BUDGET_SHRINK_SHARE`` of the late stage; the rest of it trains at the size reached (AdaLoRA's final phase).
 BUDGET_PRUNES = 10
 BUDGET_SHRINK_SHARE = 0.5
+#: A model tensorized from its trained weights (``TensorizeConfig(init="svd")``) with no stage length given: the
+#: early stage is this share of the run, the late stage (the cuts, over its first half) the next ``TRAINED_LATE_SHARE``;
+#: the rest trains at the size reached (docs/COMPRESS.md: on a trained Llama, 4x, loss 3.71 against the
+#: from-scratch schedule's 4.40 and plain SVD + fine-tuning's 3.99).
+TRAINED_EARLY_SHARE = 0.05
+TRAINED_LATE_SHARE = 0.2
 #: With a budget in compression or parameters, the tensorized layers start this many times larger than asked
 #: (AdaLoRA starts at 1.5x its final budget): the late stage has that much to give up where it hurts least.
 START_FACTOR = 2.0
@@ -82,7 +89,7 @@ class BudgetConfig:
         cut: how the budget cuts a bond: "gates": its least important gates' indices; "svd": a linear layer's bond is
             first re-expressed in its SVD basis and loses its weakest directions (token tables and vocabulary heads keep
             the gates' choice); measured: up to 1.7 % lower loss at 4x, 1 % higher at 16x on GPT-2
-            (docs/TUNING.md, "The cut").
+            (docs/TUNING_FRONTIER.md, "The cut").
         loss_tolerance: how much worse than its best since the switch (a fraction) the loss may get before shrinking pauses.
         allow_rank0: a layer may lose every rank (it then outputs its bias only); False keeps each bond's last rank.
         rank_weight: γ, the weight of the size surrogate R in the early stage's objective L + γR.

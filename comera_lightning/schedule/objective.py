@@ -4,7 +4,8 @@
 * late stage, ``"guarded"`` (the default): ``L + λ·R`` with ``λ = 1`` only while quality holds and
   ``S > S₀`` (``guard.py``: the running training loss and the validation loss near their best);
 * late stage, ``"paper"``: ``ρ_L·L + ρ_R·R + λ·R + (1−λ)·L`` with ``λ = 1[(L−L₀)/L < (S−S₀)/S]``, on device;
-* late stage, ``"budget"``: ``L``; the ranks shrink at each prune to ``target_size`` (``shrink_to_``), not by a loss term;
+* late stage, ``"budget"``: ``L``; the ranks shrink at each prune to ``target_size`` (``shrink_to_``), not by a loss term,
+  while the training loss between prunes holds (``cut_watch.py``);
 * final stage: ``L``.
 
 ``L`` is the task loss, ``R`` the size surrogate of the gates (``rank.size_surrogate``), ``S``
@@ -24,6 +25,7 @@ from comera_lightning._checks import check_number
 from comera_lightning.layers import TTModule
 from comera_lightning.layers.gate_bank import GateBank
 from comera_lightning.rank import SURROGATES, active_size, size_surrogate, size_surrogates, surrogate_normalizer
+from comera_lightning.schedule.cut_watch import CutWatch
 from comera_lightning.schedule.guard import QualityGuard
 
 __all__ = ["LATE_OBJECTIVES", "ComeraObjective"]
@@ -57,7 +59,7 @@ class ComeraObjective:
             raise ValueError(f"size_surrogate={surrogate!r} is unknown; choose one of {SURROGATES}.")
         if late not in LATE_OBJECTIVES:
             raise ValueError(f"late_objective={late!r} is unknown; choose one of {LATE_OBJECTIVES}.")
-        self.late, self.guard = late, QualityGuard(loss_tolerance)
+        self.late, self.guard, self.watch = late, QualityGuard(loss_tolerance), CutWatch(loss_tolerance)
         self.end_size = end_size or self._ratio_of_switch_size  # S₀ from the size at the switch (picklable: ddp_spawn)
         self.target_ratio, self.rank_weight = float(target_ratio), float(rank_weight)
         self.loss_weight, self.size_weight, self.surrogate = float(loss_weight), float(size_weight), surrogate
@@ -91,6 +93,8 @@ class ComeraObjective:
             surrogate = size_surrogate(self.bank, self.surrogate, self.normalizer)
         loss = task_loss.detach().float()
         self.last = self._keep(task_loss=loss, size_surrogate=surrogate)
+        if self.late == "budget" and stage != "final":
+            self.watch.observe(loss)  # the training loss between cuts: a cut that hurts holds the next one
         if stage == "early":
             return task_loss + self.rank_weight * surrogate
         if stage == "final" or self.late == "budget":
@@ -120,6 +124,7 @@ class ComeraObjective:
         self.size_target = min(self.size_at_switch, self.size_asked)
         self.loss_target = float(loss_target)
         self.guard.start(self.loss_target)
+        self.watch.reset()
 
     def target_size(self, progress: float) -> float:
         """The budget's size at ``progress`` through the late stage's prunes (0: the switch, 1: the last):
@@ -141,15 +146,18 @@ class ComeraObjective:
 
     def state_dict(self) -> dict[str, Any]:
         """Targets, the surrogate's denominator and the guard's state."""
-        return {**{key: getattr(self, key) for key in _STATE}, "guard": self.guard.state_dict()}
+        return {**{key: getattr(self, key) for key in _STATE}, "guard": self.guard.state_dict(),
+                "watch": self.watch.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore ``state_dict()`` output; unknown keys are an error."""
-        unknown = set(state) - {*_STATE, "guard"}
+        unknown = set(state) - {*_STATE, "guard", "watch"}
         if unknown:
-            raise KeyError(f"ComeraObjective state has unknown keys {sorted(unknown)}; expected {[*_STATE, 'guard']}.")
-        for key, value in state.items():
+            raise KeyError(f"ComeraObjective state has unknown keys {sorted(unknown)}; expected {[*_STATE, 'guard', 'watch']}.")
+        for key, value in state.items():  # a checkpoint from before the watch has none: it starts afresh
             if key == "guard":
                 self.guard.load_state_dict(value)
+            elif key == "watch":
+                self.watch.load_state_dict(value)
             else:
                 setattr(self, key, value)

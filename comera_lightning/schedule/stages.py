@@ -90,6 +90,23 @@ class StageSchedule:
             )
         return infos, warnings_
 
+    @property
+    def lengths_given(self) -> bool:
+        """Whether the user fixed a stage's length (then no default length applies)."""
+        return any(v is not None for v in (self.early_epochs, self.early_steps, self.late_epochs, self.late_steps))
+
+    def resolve_trained(self, total_steps: float, early_share: float, late_share: float, max_epochs: int | None = None) -> str:
+        """A model compressed from trained weights: the early stage the first ``early_share`` of the run's
+        ``total_steps`` (the gates learn what matters), the late stage the next ``late_share`` (the cuts); then the
+        rest of the run trains at the size reached. Returns what was fixed, in words."""
+        self.early_steps_resolved = max(1, round(early_share * total_steps))
+        self.late_steps = max(2, round(late_share * total_steps))
+        self.early_epochs_resolved = None
+        self.max_epochs = max_epochs if max_epochs is not None and max_epochs > 0 else None
+        rest = max(0, round(total_steps) - self.early_steps_resolved - self.late_steps)
+        return (f"from trained weights (init='svd'): early stage = {self.early_steps_resolved} of {round(total_steps)} steps, "
+                f"then the late stage's cuts over {self.late_steps} steps, then {rest} steps at the size reached.")
+
     def after_batch(self, step: int) -> str | None:
         """The step-based event due after global step ``step``, if any."""
         if step == self.last_prune_step:
@@ -142,6 +159,7 @@ class StageSchedule:
             self.last_late_prune_step = None
             return
         if prunes and not self.interval_given:
+            prunes = max(1, min(prunes, int(length * shrink_share)))  # a short late stage: fewer prunes, not a later end
             self.planned_prune_steps = max(1, int(length * shrink_share // prunes))
             self.last_late_prune_step = start + self.planned_prune_steps * prunes
             return

@@ -197,3 +197,14 @@ def test_the_objective_keeps_the_size_asked_when_the_layers_start_below_it():
     objective.bind([layer for _, layer in tt_layers(model)])
     objective.enter_late(1.0)
     assert objective.size_target == objective.size_at_switch and objective.size_asked == 2 * objective.size_at_switch
+
+
+def test_a_cut_that_raises_the_training_loss_holds_the_next_one_with_one_validation_an_epoch(tmp_path, caplog):
+    # 16 steps an epoch, one validation each, a prune every 2 steps: only the training loss sees the cuts between them
+    budget = BudgetConfig(compression=30.0, prune_every_n_steps=2, loss_tolerance=0.0)
+    model, cb, _ = fit(tmp_path, budget, epochs=4)
+    held = [step for step in cb.events.held_at if f"cut held at step {step}: the training loss" in caplog.text]
+    assert any(step % 16 for step in held), "held between validations, by the training loss"
+    assert abs(tt_size(model) / cb.size_target - 1) <= 0.1, "a later prune cuts to what the schedule asks by then"
+    model, cb, _ = fit(tmp_path, budget.replace(loss_tolerance=100.0), epochs=4)
+    assert cb.events.held_at == [] and abs(tt_size(model) / cb.size_target - 1) <= 0.1
