@@ -49,6 +49,7 @@ from comera_lightning.callback import ComeraCallback
 from comera_lightning.cli.config_files import config_help, resolve_config_args, show_configs_in_help
 from comera_lightning.cli.parser import ComeraArgumentParser
 from comera_lightning.cli.wandb_run import ComeraWandbLogger, upload_fit_images, write_summary
+from comera_lightning.cli.weights_from import weights_when_built
 from comera_lightning.tensorize import RuleMatchError, check_rules
 
 __all__ = ["ComeraCLI", "finish_wandb", "latest_checkpoint", "resolve_wandb_mode", "write_compression_plot"]
@@ -150,6 +151,11 @@ class ComeraCLI(LightningCLI):
             help="torch CPU threads (default: torch's own, one per core). On a small or busy CPU, 1 is often fastest.",
         )
         parser.add_argument(
+            "--weights_from", type=str | None, default=None,
+            help="fit: start from this dense checkpoint's weights (not a resume); with comera.tensorize.init svd, the "
+                 "trained model is compressed (docs/COMPRESS.md).",
+        )
+        parser.add_argument(
             "--test_after_fit", type=bool, default=False,
             help="fit: then test the final weights in the same process and W&B run.",
         )
@@ -163,6 +169,10 @@ class ComeraCLI(LightningCLI):
             if threads < 1:
                 self.parser.error(f"--threads must be 1 or more, got {threads}.")
             torch.set_num_threads(threads)
+        if self._get(self.config, "weights_from", default=None) is not None:
+            if self.subcommand != "fit" or self._get(self.config, "ckpt_path", default=None) is not None:
+                self.parser.error("--weights_from starts a fit from dense weights: use it with fit, without --ckpt_path "
+                                  "(which resumes a run as it was).")
         comera = self._get(self.config, "comera")
         try:
             ComeraCallback(**comera.as_dict())
@@ -243,8 +253,12 @@ class ComeraCLI(LightningCLI):
         return loggers
 
     def before_fit(self) -> None:
-        """``--ckpt_path last``: resume the newest ``last.ckpt`` of this config's earlier runs."""
+        """``--ckpt_path last``: resume the newest ``last.ckpt`` of this config's earlier runs; ``--weights_from``: the
+        dense weights go in before the callback tensorizes the model."""
         self._resolve_last_checkpoint("fit")
+        weights = self._get(self.config, "weights_from", default=None)
+        if weights is not None:
+            weights_when_built(self.model, weights)
 
     def before_validate(self) -> None:
         """``--ckpt_path last``: the newest ``last.ckpt`` of this config's runs."""
