@@ -4,7 +4,7 @@ The public API is ``__all__`` (the same list as docs/DESIGN_API.md, "Public API"
 """
 
 from comera_lightning._optional import lazy_exports
-from comera_lightning.callback import ComeraCallback
+from comera_lightning.callback import ComeraCallback, DistillConfig
 from comera_lightning.checkpoint import tensorized_checkpoints
 from comera_lightning.export import export
 from comera_lightning.layers import TensorizedModule, TTEmbedding, TTLinear
@@ -16,7 +16,7 @@ from comera_lightning.tensorize.config import TensorizeConfig
 from comera_lightning.tensorize.registry import Converter, register_converter
 
 __all__ = [
-    "BudgetConfig", "CAME", "CUDAGraphStrategy", "ComeraCallback", "Converter", "GateOptimizer", "TTEmbedding", "TTEmbeddingBagCollection",
+    "BudgetConfig", "CAME", "CUDAGraphStrategy", "ComeraCallback", "Converter", "DistillConfig", "GateOptimizer", "TTEmbedding", "TTEmbeddingBagCollection",
     "TTLinear", "TensorizeConfig", "TensorizeReport", "TensorizedModule", "export", "register_converter", "tensorize",
     "tensorized_checkpoints", "to_dense",
 ]

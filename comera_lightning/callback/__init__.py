@@ -21,14 +21,15 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_info
 from typing_extensions import override
 
+from comera_lightning.callback.distill import DistillConfig, Teacher
 from comera_lightning.callback.events import StageEvents
 from comera_lightning.callback.hooks import non_finite_error, replace_loss, unwrap_methods, when_built, wrap_method
 from comera_lightning.callback.metrics import compression_metrics
-from comera_lightning.callback.trainer import check_supported, logs_this_step, syncs_forbidden, use_atomic_checkpoints
+from comera_lightning.callback.trainer import (annotate_checkpoint, check_supported, logs_this_step, syncs_forbidden,
+                                               use_atomic_checkpoints)
 from comera_lightning.checkpoint import install_checkpoint_loading
 from comera_lightning.checkpoint.resume import ResumeState, capture_rng_state, missed_epoch_end, run_missed_validation
 from comera_lightning.checkpoint.settings import callback_settings, warn_changed_settings
-from comera_lightning.data.resumable import record_consumed_batches
 from comera_lightning.layers.halves_group import group_halves
 from comera_lightning.optim.core_steps import DEFAULT_CORE_STEP_SCALE, CoreStepScale, CoreStepScaleArg
 from comera_lightning.optim.gates import GateOptimizer
@@ -37,7 +38,7 @@ from comera_lightning.schedule import BudgetConfig, ComeraObjective, LossTarget,
 from comera_lightning.tensorize import skipped_layers, tensorize
 from comera_lightning.tensorize.config import TensorizeConfig
 
-__all__ = ["ComeraCallback"]
+__all__ = ["ComeraCallback", "DistillConfig"]
 
 
 class ComeraCallback(Callback):
@@ -58,6 +59,7 @@ class ComeraCallback(Callback):
             early_epochs, target_ratio and rank_weight above, override its fields of the same name (None: its value).
         core_step_scale: under an Adam-like optimizer, how far TT cores move per step relative to the optimizer's step: "auto" (the default) moves the cores of token tables and vocabulary heads 12 times as far and leaves every other layer's alone; a number applies to every TT layer (1: the optimizer's own steps). SGD steps stay (docs/METHOD.md §2.2).
         tensorize: which layers become tensor trains and how (the CLI's comera.tensorize section); None: the defaults.
+        distill: compressing a trained model, its frozen dense copy as the teacher of its tensorized self (``DistillConfig``); None: none.
         log_bond_ranks: True or "layer": log each TT layer's mean active rank; "bond": every bond's; False: no ranks.
         check_finite_loss: stop with a clear error, before the step's backward, when the task loss is NaN or inf.
         allow_manual_optimization: accept a module with manual optimization (it calls callback.objective itself).
@@ -76,6 +78,7 @@ class ComeraCallback(Callback):
         budget: BudgetConfig | None = None,
         core_step_scale: CoreStepScaleArg = DEFAULT_CORE_STEP_SCALE,
         tensorize: TensorizeConfig | None = None,
+        distill: DistillConfig | Mapping[str, Any] | None = None,
         gate_lr: float | None = None,
         early_steps: int | None = None,
         late_epochs: int | None = None,
@@ -103,8 +106,9 @@ class ComeraCallback(Callback):
         self.loss_target = LossTarget(b.loss_target, b.loss_target_metric)
         self.gate_optimizer = GateOptimizer(b.gate_lr, follow_schedule=b.late_objective != "paper")
         self.core_steps = CoreStepScale(core_step_scale)
-        trained = self.tensorize_config.init == "svd" and b.late_objective == "budget"
+        trained = self.tensorize_config.init == "svd" and b.late_objective == "budget"  # the trained-model schedule
         self.events = StageEvents(self.schedule, self.stage_objective, self.loss_target, self.gate_optimizer, b.cut, trained)
+        self.teacher = Teacher(distill)
         self.log_bond_ranks, self.check_finite_loss, self.allow_manual_optimization = log_bond_ranks, check_finite_loss, allow_manual_optimization
         self._trainer: pl.Trainer | None = None
         self._validated = False  # a (non-sanity) validation has run in this fit
@@ -119,7 +123,6 @@ class ComeraCallback(Callback):
         """What a captured training step freezes from this callback (CUDAGraphStrategy re-captures when it changes)."""
         return (self.schedule.stage, self.stage_objective.loss_target, self.stage_objective.size_target)
 
-    # ------------------------------------------------------------------ setup / teardown
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         """Check the run is supported; tensorize now, or right after ``configure_model`` when the module has one."""
@@ -127,7 +130,7 @@ class ComeraCallback(Callback):
         check_supported(trainer, pl_module, self.allow_manual_optimization)
         use_atomic_checkpoints(trainer)
         when_built(pl_module, lambda: setattr(self, "tensorize_config", _tensorize_module(
-            pl_module, self.tensorize_config, self.stage_objective, self.budget_config)))
+            pl_module, self.tensorize_config, self.stage_objective, self.budget_config, self.teacher)))
         if stage == "fit":
             self._validated = False
             self.events.announce(trainer)
@@ -175,6 +178,7 @@ class ComeraCallback(Callback):
         """Give the module its own methods back; stop following its optimizer."""
         self.gate_optimizer.detach()
         self.core_steps.detach()
+        self.teacher.detach_hook()
         unwrap_methods(pl_module)
         self._resume = ResumeState()
 
@@ -184,9 +188,8 @@ class ComeraCallback(Callback):
             raise non_finite_error(task_loss, self._trainer)
         loss = self.stage_objective(task_loss, self.schedule.stage)
         self.loss_target.observe(self.stage_objective.last["task_loss"])
-        return loss
+        return self.teacher.mix(loss, task_loss)
 
-    # ------------------------------------------------------------------ schedule events
     @override
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """Start a fresh per-epoch training-loss mean (a possible L₀); a misspelt L₀ metric fails here, not at the switch."""
@@ -213,13 +216,10 @@ class ComeraCallback(Callback):
         self._validated = self._validated or not trainer.sanity_checking
         self.events.after_validation(trainer)
 
-    # ------------------------------------------------------------------ checkpoints
     @override
     def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]) -> None:
         """Record how the model was tensorized; tell resumable loaders how many batches this epoch consumed."""
-        checkpoint["comera"] = {"tensorize": self.tensorize_config.to_dict()}
-        loader_states = checkpoint.get("loops", {}).get("fit_loop", {}).get("state_dict", {}).get("combined_loader", [])
-        record_consumed_batches(loader_states, trainer.fit_loop.epoch_loop.batch_progress.current.ready)
+        annotate_checkpoint(checkpoint, trainer, self.tensorize_config)
 
     @override
     def state_dict(self) -> dict[str, Any]:
@@ -234,6 +234,7 @@ class ComeraCallback(Callback):
         unknown = set(state_dict) - set(_STATE_KEYS)
         if unknown:
             raise KeyError(f"ComeraCallback state has unknown keys {sorted(unknown)}; expected {list(_STATE_KEYS)}.")
+        self.teacher.refuse_resume()
         warn_changed_settings(state_dict.get("settings"), callback_settings(self))
         self.schedule.load_state_dict(state_dict["schedule"])
         self.stage_objective.load_state_dict(state_dict["objective"])
@@ -246,9 +247,11 @@ _STATE_KEYS = ("schedule", "objective", "gates", "loss_target", "rng", "settings
 
 
 def _tensorize_module(pl_module: pl.LightningModule, config: TensorizeConfig, objective: ComeraObjective,
-                      budget: BudgetConfig) -> TensorizeConfig:
-    """Swap the module's layers for tensor trains, say what changed, bind the objective and the budget to them, load
-    checkpoints into them; the config used (its caps scaled to the budget: ``BudgetConfig.start_caps``)."""
+                      budget: BudgetConfig, teacher: Teacher) -> TensorizeConfig:
+    """Swap the module's layers for tensor trains (the teacher copies the dense model first), say what changed, bind
+    the objective and the budget to them, load checkpoints into them; the config used (its caps scaled to the budget:
+    ``BudgetConfig.start_caps``)."""
+    teacher.attach(pl_module)
     caps = budget.start_caps(pl_module, config)
     # start_caps pins target_modules to the layers the user's config takes: the report still says why the others stay dense
     skipped = skipped_layers(pl_module, config) if caps.target_modules != config.target_modules else []

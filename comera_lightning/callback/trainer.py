@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import lightning.pytorch as pl
 import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from comera_lightning.checkpoint.io import AtomicCheckpointIO
+from comera_lightning.data.resumable import record_consumed_batches
 
-__all__ = ["UNSUPPORTED_STRATEGIES", "check_supported", "logs_this_step", "mean_over_ranks", "rewrap_ddp", "syncs_forbidden", "use_atomic_checkpoints"]
+__all__ = ["UNSUPPORTED_STRATEGIES", "annotate_checkpoint", "check_supported", "logs_this_step", "mean_over_ranks", "rewrap_ddp", "syncs_forbidden", "use_atomic_checkpoints"]
 
 UNSUPPORTED_STRATEGIES = ("FSDPStrategy", "DeepSpeedStrategy", "ModelParallelStrategy", "XLAStrategy", "SingleDeviceXLAStrategy")
 
@@ -70,3 +73,10 @@ def logs_this_step(trainer: pl.Trainer) -> bool:
     accumulation follows). A Lightning without it: every step.
     """
     return getattr(getattr(trainer, "_logger_connector", None), "should_update_logs", True)
+
+
+def annotate_checkpoint(checkpoint: dict[str, Any], trainer: pl.Trainer, tensorize_config: Any) -> None:
+    """Record in ``checkpoint`` how the model was tensorized; tell resumable loaders how many batches this epoch consumed."""
+    checkpoint["comera"] = {"tensorize": tensorize_config.to_dict()}
+    loader_states = checkpoint.get("loops", {}).get("fit_loop", {}).get("state_dict", {}).get("combined_loader", [])
+    record_consumed_batches(loader_states, trainer.fit_loop.epoch_loop.batch_progress.current.ready)
