@@ -22,15 +22,17 @@ from __future__ import annotations
 
 import argparse
 import copy
+import datetime
 import json
 import sys
 from pathlib import Path
 from typing import Any
 
 from benchmarks.probes import RESULTS, machine_basics
-from benchmarks.quality.models import ModelSpec, narrow_width
+from benchmarks.quality.models import ModelSpec, narrow_width, svd_ranks_of
 from benchmarks.quality.runs import fit, print_result
 from benchmarks.quality.settings import RaceSettings, _options
+from benchmarks.quality.weights_cache import load_or_train
 
 SYSTEMS = ("comera", "svd", "svd_ft", "dense_ft", "small")
 CHECK = {"model": "llama:32:1", "train_steps": 16, "epochs": 2, "batch_size": 4, "block_size": 32, "vocab_size": 300,
@@ -78,32 +80,16 @@ def settings_for(args: argparse.Namespace, steps: int, epochs: int, lr: float) -
 
 def trained_dense(args: argparse.Namespace, spec: ModelSpec, data: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     """The dense model trained ``--train-steps`` (from the cache when it holds this very run): (weights, result)."""
-    import torch
-
     key = f"{spec.label()}_s{args.train_steps}_b{args.batch_size}x{args.block_size}_v{args.vocab_size}_lr{args.lr:g}_seed{args.seed}"
-    path = args.cache / f"{key}.pt"
-    if path.exists():
-        saved = torch.load(path, weights_only=False)
-        return saved["state"], saved["result"]
-    result, module = fit("dense", spec, settings_for(args, args.train_steps, args.epochs, args.lr), data,
-                         lr=args.lr, steps=args.train_steps)
-    print_result(result)
-    state = {k: v.detach().clone() for k, v in module.model.state_dict().items()}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save({"state": state, "result": result}, path)
+
+    def train() -> tuple[dict[str, Any], Any]:
+        result, module = fit("dense", spec, settings_for(args, args.train_steps, args.epochs, args.lr), data,
+                             lr=args.lr, steps=args.train_steps)
+        print_result(result)
+        return result, module.model
+
+    state, result, _ = load_or_train(args.cache / f"{key}.pt", train)
     return state, result
-
-
-def svd_ranks_of(module: Any) -> dict[str, int]:
-    """Each tensorized layer's rank as plain factors holding the parameters its cores hold now."""
-    from comera_lightning.rank import tt_layers
-
-    ranks = {}
-    for name, layer in tt_layers(module.model):
-        rows, cols = (layer.num_embeddings, layer.embedding_dim) if hasattr(layer, "num_embeddings") else (
-            layer.in_features, layer.out_features)
-        ranks[name] = max(1, round(sum(core.numel() for core in layer.cores) / (rows + cols)))
-    return ranks
 
 
 def validate(module: Any, data: Any, settings: RaceSettings) -> float:
@@ -128,7 +114,7 @@ def compress_at(args: argparse.Namespace, spec: ModelSpec, data: Any, state: dic
                        **{k: v for k, v in settings.comera.items() if k not in budget}}
     results: dict[str, dict[str, Any]] = {}
     comera, module = fit("comera", spec, settings, data, lr=args.ft_lr, steps=extra, start_from=copy.deepcopy(state))
-    ranks = svd_ranks_of(module)
+    ranks = svd_ranks_of(module.model)
     results["comera"] = {**comera, "ranks": ranks}
     if "svd" in systems:
         plain = CausalLM(spec, data.vocab_size, args.block_size, start_from=copy.deepcopy(state), svd_ranks=ranks)
@@ -161,8 +147,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     data = data_module(settings_for(args, args.train_steps, args.epochs, args.lr))
     state, dense = trained_dense(args, spec, data)
     extra = round(args.extra * args.train_steps)
-    out: dict[str, Any] = {"benchmark": "compress", "machine": machine_basics(), "args": {
-        k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}, "dense": dense, "by_compression": {}}
+    out: dict[str, Any] = {"benchmark": "compress", "machine": machine_basics(), "date": datetime.date.today().isoformat(),
+                           "args": {k: v for k, v in vars(args).items() if k not in ("cache", "out")},
+                           "dense": dense, "by_compression": {}}
     if "dense_ft" in systems:
         settings = settings_for(args, extra, args.ft_epochs, args.ft_lr)
         out["dense_ft"], _ = fit("dense_ft", spec, settings, data, lr=args.ft_lr, steps=settings.steps,

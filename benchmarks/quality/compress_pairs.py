@@ -37,7 +37,7 @@ import lightning as L
 import torch
 
 from benchmarks.probes import RESULTS, machine_basics, without_out
-from benchmarks.quality.models import svd_factors_
+from benchmarks.quality.models import svd_factors_, svd_ranks_of
 from benchmarks.quality.pairs_frontier import (
     DATA,
     MODEL,
@@ -46,10 +46,10 @@ from benchmarks.quality.pairs_frontier import (
     narrow_d_model,
 )
 from benchmarks.quality.settings import _options, systems_of
+from benchmarks.quality.weights_cache import load_or_train
 from comera_lightning import BudgetConfig, ComeraCallback, TensorizeConfig
 from comera_lightning.data.pairs import SentencePairDataModule
 from comera_lightning.models.transformer import SentencePairClassifier
-from comera_lightning.rank import tt_layers
 
 SYSTEMS = ("comera", "svd", "svd_ft", "fixed", "small", "dense_ft")
 NEEDS = {"svd": ("comera",), "svd_ft": ("comera",), "small": ("comera",)}
@@ -64,6 +64,8 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--systems", default=",".join(SYSTEMS), help=f"comma-separated, from {','.join(SYSTEMS)}")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--comera", nargs="*", default=[], help="BudgetConfig fields of comera and fixed, key=value")
+    parser.add_argument("--callback", nargs="*", default=[], help="further ComeraCallback arguments of comera and fixed, "
+                        "key=value (JSON values), e.g. core_step_scale=1 'distill={\"module\": \"\"}'")
     parser.add_argument("--limit-batches", type=int, default=None, help="batches per epoch and per evaluation (a smoke run)")
     parser.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "comera_compress",
                         help="where the trained dense weights are kept")
@@ -92,7 +94,8 @@ def fit(system: str, data: SentencePairDataModule, args: argparse.Namespace, ste
         model.load_state_dict(copy.deepcopy(state))
     if ranks:
         svd_factors_(model, ranks)
-    callbacks = [ComeraCallback(tensorize=TensorizeConfig(init="svd"), budget=budget)] if budget is not None else []
+    options = _options(args.callback)
+    callbacks = [ComeraCallback(tensorize=TensorizeConfig(init="svd"), budget=budget, **options)] if budget is not None else []
     limit = args.limit_batches
     trainer = L.Trainer(max_steps=max(steps, 1), callbacks=callbacks, logger=False, enable_checkpointing=False,
                         enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
@@ -120,28 +123,12 @@ def trained_dense(data: SentencePairDataModule, args: argparse.Namespace, steps:
     """The dense model trained ``steps`` (from the cache when it holds this very run): (weights, result)."""
     settings = json.dumps({"model": MODEL, "data": DATA, "steps": steps, "limit": args.limit_batches}, sort_keys=True)
     key = f"pairs_s{steps}_seed{args.seed}_{hashlib.sha1(settings.encode()).hexdigest()[:10]}"
-    path = args.cache / f"{key}.pt"
-    if path.exists():
-        saved = torch.load(path, weights_only=False)
-        print(f"  dense    from the cache {path}: val loss {saved['result']['val_loss']:.4f} test acc "
-              f"{saved['result']['test_acc']:.4f}", file=sys.stderr, flush=True)
-        return saved["state"], {**saved["result"], "cached": True}
-    result, model = fit("dense", data, args, steps)
-    state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save({"state": state, "result": result}, path)
+    state, result, cached = load_or_train(args.cache / f"{key}.pt", lambda: fit("dense", data, args, steps))
+    if cached:
+        print(f"  dense    from the cache: val loss {result['val_loss']:.4f} test acc {result['test_acc']:.4f}",
+              file=sys.stderr, flush=True)
+        return state, {**result, "cached": True}
     return state, result
-
-
-def svd_ranks_of(model: torch.nn.Module) -> dict[str, int]:
-    """Each tensorized layer's rank as plain factors holding the parameters its cores hold now (``compress.py``'s rule
-    on a model whose layers are its own, not under ``.model``)."""
-    ranks = {}
-    for name, layer in tt_layers(model):
-        rows, cols = (layer.num_embeddings, layer.embedding_dim) if hasattr(layer, "num_embeddings") else (
-            layer.in_features, layer.out_features)
-        ranks[name] = max(1, round(sum(core.numel() for core in layer.cores) / (rows + cols)))
-    return ranks
 
 
 def compress_at(data: SentencePairDataModule, args: argparse.Namespace, systems: list[str], state: dict[str, Any],

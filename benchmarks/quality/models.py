@@ -173,6 +173,18 @@ def svd_factors_(model: nn.Module, ranks: dict[str, int]) -> None:
         setattr(model.get_submodule(parent) if parent else model, child, new.to(old.weight.device))
 
 
+def svd_ranks_of(model: nn.Module) -> dict[str, int]:
+    """Each tensorized layer of ``model``: the rank of plain factors holding the parameters its cores hold now."""
+    from comera_lightning.rank import tt_layers
+
+    ranks = {}
+    for name, layer in tt_layers(model):
+        rows, cols = (layer.num_embeddings, layer.embedding_dim) if hasattr(layer, "num_embeddings") else (
+            layer.in_features, layer.out_features)
+        ranks[name] = max(1, round(sum(core.numel() for core in layer.cores) / (rows + cols)))
+    return ranks
+
+
 def low_rank_(model: nn.Module, names: list[str], budget: int) -> int:
     """Replace ``names`` by rank-r factorisations, one r for all, the largest whose parameters fit ``budget``.
 

@@ -1,0 +1,21 @@
+"""benchmarks/quality/compress: a tiny trained causal LM compressed by every system, from cached dense weights."""
+
+import json
+
+from benchmarks.quality import compress
+
+
+def test_every_system_starts_from_the_trained_weights_and_the_plain_path_gets_comeras_ranks(tmp_path):
+    out, cache = tmp_path / "compress.json", tmp_path / "cache"
+    result = compress.main(["--check", "--compressions", "4", "--cache", str(cache), "--out", str(out)])
+    assert json.loads(out.read_text()) == result and "cache" not in result["args"] and "out" not in result["args"]
+    runs = result["by_compression"]["4"]
+    assert set(runs) == {"comera", "svd", "svd_ft", "small"} and result["dense_ft"]["steps"] == 4
+    assert runs["svd"]["parameters"] == runs["svd_ft"]["parameters"] < result["dense"]["parameters"]
+    assert abs(runs["svd"]["parameters"] / runs["comera"]["parameters"] - 1) < 0.05, "the same size as CoMERA's end"
+    assert runs["comera"]["ranks"] and runs["small"]["width"] < 32
+    assert len(list(cache.glob("*.pt"))) == 1
+    again = compress.main(["--check", "--compressions", "4", "--systems", "comera", "--cache", str(cache),
+                           "--out", str(tmp_path / "again.json")])
+    assert again["dense"] == result["dense"], "the dense training comes from the cache"
+    assert "| 4x |" in compress.table(again)
