@@ -25,18 +25,17 @@ import copy
 import datetime
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
 from benchmarks.probes import RESULTS, machine_basics
 from benchmarks.quality.models import ModelSpec, narrow_width, svd_ranks_of
 from benchmarks.quality.runs import fit, print_result
 from benchmarks.quality.settings import RaceSettings, _options
-from benchmarks.quality.weights_cache import load_or_train
+from benchmarks.quality.weights_cache import add_run_arguments, apply_check, load_or_train
 
 SYSTEMS = ("comera", "svd", "svd_ft", "dense_ft", "small")
 CHECK = {"model": "llama:32:1", "train_steps": 16, "epochs": 2, "batch_size": 4, "block_size": 32, "vocab_size": 300,
-         "max_bytes": 300_000, "val_batches": 2}
+         "max_bytes": 300_000, "val_batches": 2, "ft_epochs": 2}
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -55,15 +54,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.add_argument(f"--{name.replace('_', '-')}", type=int, default=default)
     parser.add_argument("--comera", nargs="*", default=[], help="ComeraCallback / BudgetConfig options, key=value")
     parser.add_argument("--tensorize", nargs="*", default=[], help="TensorizeConfig fields, key=value")
-    parser.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "comera_compress",
-                        help="where the trained dense weights are kept")
-    parser.add_argument("--out", type=Path, default=None, help="the JSON (default benchmarks/results/compress_<model>.json)")
-    parser.add_argument("--check", action="store_true", help="a tiny model and a few steps: the pipeline runs")
+    add_run_arguments(parser, "compress_<model>.json", "a tiny model and a few steps: the pipeline runs")
     args = parser.parse_args(argv)
-    if args.check:
-        for key, value in CHECK.items():
-            setattr(args, key, value)
-        args.ft_epochs, args.out = 2, args.out or Path("/tmp/compress_check.json")
+    apply_check(args, CHECK, "compress")
     unknown = sorted(set(args.systems.split(",")) - set(SYSTEMS))
     if unknown:
         parser.error(f"--systems: unknown {unknown}; choose from {','.join(SYSTEMS)}")

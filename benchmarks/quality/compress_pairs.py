@@ -30,7 +30,6 @@ import hashlib
 import json
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import lightning as L
@@ -46,7 +45,7 @@ from benchmarks.quality.pairs_frontier import (
     narrow_d_model,
 )
 from benchmarks.quality.settings import _options, systems_of
-from benchmarks.quality.weights_cache import load_or_train
+from benchmarks.quality.weights_cache import add_run_arguments, apply_check, load_or_train
 from comera_lightning import BudgetConfig, ComeraCallback, TensorizeConfig
 from comera_lightning.data.pairs import SentencePairDataModule
 from comera_lightning.models.transformer import SentencePairClassifier
@@ -67,15 +66,9 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--callback", nargs="*", default=[], help="further ComeraCallback arguments of comera and fixed, "
                         "key=value (JSON values), e.g. core_step_scale=1 'distill={\"module\": \"\"}'")
     parser.add_argument("--limit-batches", type=int, default=None, help="batches per epoch and per evaluation (a smoke run)")
-    parser.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "comera_compress",
-                        help="where the trained dense weights are kept")
-    parser.add_argument("--out", type=Path, default=None, help="the JSON (default benchmarks/results/compress_pairs.json)")
-    parser.add_argument("--check", action="store_true", help="a few batches of each run: the pipeline runs")
+    add_run_arguments(parser, "compress_pairs.json", "a few batches of each run: the pipeline runs")
     args = parser.parse_args(argv)
-    if args.check:
-        for key, value in CHECK.items():
-            setattr(args, key, value)
-        args.out = args.out or Path("/tmp/compress_pairs_check.json")
+    apply_check(args, CHECK, "compress_pairs")
     systems = systems_of(parser, args.systems, SYSTEMS, NEEDS)
     unknown = sorted(set(_options(args.comera)) - set(BudgetConfig.option_names()))
     if unknown:

@@ -3,13 +3,32 @@ training."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import argparse
+import tempfile
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
 
-__all__ = ["load_or_train"]
+__all__ = ["add_run_arguments", "apply_check", "load_or_train"]
+
+CACHE = Path.home() / ".cache" / "comera_compress"
+
+
+def add_run_arguments(parser: argparse.ArgumentParser, default_out: str, check: str) -> None:
+    """``--cache`` (the trained weights), ``--out`` (the JSON) and ``--check`` (``check``: what the smoke run is)."""
+    parser.add_argument("--cache", type=Path, default=CACHE, help="where the trained dense weights are kept")
+    parser.add_argument("--out", type=Path, default=None, help=f"the JSON (default benchmarks/results/{default_out})")
+    parser.add_argument("--check", action="store_true", help=check)
+
+
+def apply_check(args: argparse.Namespace, settings: Mapping[str, Any], name: str) -> None:
+    """With ``--check``: ``settings`` replace the arguments, and the JSON goes to a temporary file unless ``--out``."""
+    if args.check:
+        for key, value in settings.items():
+            setattr(args, key, value)
+        args.out = args.out or Path(tempfile.gettempdir()) / f"{name}_check.json"
 
 
 def load_or_train(path: Path, train: Callable[[], tuple[dict[str, Any], torch.nn.Module]]) -> tuple[dict[str, Any], dict[str, Any], bool]:
