@@ -89,10 +89,10 @@ class CutWatch:
             self._state[:3].zero_()
 
     def state_dict(self) -> dict[str, Any]:
-        """The reference and the running sums (on CPU)."""
-        return {"best": self.best, "state": None if self._state is None else self._state.detach().cpu().clone()}
+        """The reference (the same on every rank) and this rank's running sums, as plain numbers."""
+        return {"best": self.best, "state": None if self._state is None else self._state.tolist()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore ``state_dict()`` output; the sums move to the loss's device at the next step."""
         self.best = state["best"]
-        self._state = None if state["state"] is None else state["state"].clone()
+        self._state = None if state["state"] is None else torch.tensor(state["state"], dtype=torch.float32)

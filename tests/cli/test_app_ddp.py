@@ -36,6 +36,12 @@ def run_two_processes(config: str, out: Path, extra: list[str]) -> list[dict]:
     return [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(2)]
 
 
+def rank_free(objective: dict) -> dict:
+    """The objective's state without the cut watch's running sums: each rank sums its own batches' losses (the
+    decisions use their mean over ranks, so the reference it keeps is the same on both)."""
+    return {**objective, "watch": {k: v for k, v in objective["watch"].items() if k != "state"}}
+
+
 @pytest.mark.parametrize("config", WORKLOADS)
 def test_config_under_two_process_ddp_prunes_identically_on_both_ranks(tmp_path, config):
     out = tmp_path / "run"
@@ -43,7 +49,7 @@ def test_config_under_two_process_ddp_prunes_identically_on_both_ranks(tmp_path,
     first, second = run_two_processes(config, out, [*DATA_OVERRIDES.get(config, []), *SCHEDULE])
     assert first["step"] == second["step"] == 6
     assert first["schedule"] == second["schedule"] and first["schedule"]["prune_events"] >= 4
-    assert first["l0"] == second["l0"] and first["objective"] == second["objective"]
+    assert first["l0"] == second["l0"] and rank_free(first["objective"]) == rank_free(second["objective"])
     assert first["ranks"] == second["ranks"]
     assert first["params_tt"][-1] < first["params_tt"][0], "pruned physically (the CLI's metrics.csv)"
     for name, value in first["state"].items():
