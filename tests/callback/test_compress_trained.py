@@ -19,11 +19,11 @@ def trained_classifier(tmp_path):
 def test_a_trained_model_is_cut_early_then_fine_tuned_at_the_size_asked(tmp_path, caplog):
     model = trained_classifier(tmp_path)
     cb = ComeraCallback(tensorize=TensorizeConfig(init="svd"), budget=BudgetConfig(compression=8.0))
-    run = trainer(tmp_path, [cb], max_epochs=5)  # 80 steps: early 4, the cuts over the next 16
+    run = trainer(tmp_path, [cb], max_epochs=5)  # 80 steps: early 8, the cuts over the next 16
     run.fit(model, *loaders())
-    assert "from trained weights (init='svd'): early stage = 4 of 80 steps" in caplog.text
-    assert cb.schedule.late_start_step == 4 and cb.stage == "final"
-    assert cb.schedule.last_prune_step <= 4 + 16 <= run.global_step
+    assert "from trained weights (init='svd'): early stage = 8 of 80 steps" in caplog.text
+    assert cb.schedule.late_start_step == 8 and cb.stage == "final"
+    assert cb.schedule.last_prune_step <= 8 + 32 <= run.global_step
     size = sum(core.numel() for _, layer in tt_layers(model) for core in layer.cores)
     assert abs(size / cb.size_target - 1) <= 0.1
 
