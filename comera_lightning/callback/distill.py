@@ -87,7 +87,7 @@ class Teacher:
                              "weights (--weights_from).")
 
     def attach(self, pl_module: nn.Module) -> None:
-        """Copy ``config.module`` as it is now (before tensorizing) and hook the original's training forwards."""
+        """Copy ``config.module`` as it is now (before tensorizing; the first time only) and hook its training forwards."""
         if self.config is None:
             return
         try:
@@ -96,12 +96,13 @@ class Teacher:
             names = [name for name, _ in pl_module.named_children()]
             raise ValueError(f"distill: the module has no submodule {self.config.module!r}; its children are {names} "
                              "(\"\" is the LightningModule itself).") from None
-        trainer = pl_module.__dict__.pop("_trainer", None)  # the copy must not drag the Trainer along
-        try:
-            self.model = copy.deepcopy(student).eval().requires_grad_(False)
-        finally:
-            if trainer is not None:
-                pl_module._trainer = trainer
+        if self.model is None:  # once: a later setup (test, another fit) finds the module tensorized already
+            trainer = pl_module.__dict__.pop("_trainer", None)  # the copy must not drag the Trainer along
+            try:
+                self.model = copy.deepcopy(student).eval().requires_grad_(False)
+            finally:
+                if trainer is not None:
+                    pl_module._trainer = trainer
         self.detach_hook()
         self._handle = student.register_forward_hook(self._after_forward, with_kwargs=True)
 

@@ -55,6 +55,7 @@ class StageSchedule:
         self.prune_every_n_steps = prune_every_n_steps
         self.prune_every_n_epochs = prune_every_n_epochs if prune_every_n_steps is not None else (prune_every_n_epochs or 1)
         self.interval_given = prune_every_n_steps is not None or prune_every_n_epochs is not None
+        self._lengths_given = any(v is not None for v in (early_epochs, early_steps, late_epochs, late_steps))
         self.stage = "early"
         self.early_epochs_resolved = early_epochs
         self.early_steps_resolved = early_steps
@@ -92,8 +93,8 @@ class StageSchedule:
 
     @property
     def lengths_given(self) -> bool:
-        """Whether the user fixed a stage's length (then no default length applies)."""
-        return any(v is not None for v in (self.early_epochs, self.early_steps, self.late_epochs, self.late_steps))
+        """Whether the user fixed a stage's length (then no default length applies; ``resolve_trained`` does not count)."""
+        return self._lengths_given
 
     def resolve_trained(self, total_steps: float, early_share: float, late_share: float, max_epochs: int | None = None) -> str:
         """A model compressed from trained weights: the early stage the first ``early_share`` of the run's
@@ -105,7 +106,7 @@ class StageSchedule:
         self.max_epochs = max_epochs if max_epochs is not None and max_epochs > 0 else None
         rest = max(0, round(total_steps) - self.early_steps_resolved - self.late_steps)
         return (f"from trained weights (init='svd'): early stage = {self.early_steps_resolved} of {round(total_steps)} steps, "
-                f"then the late stage's cuts over {self.late_steps} steps, then {rest} steps at the size reached.")
+                f"then a late stage of {self.late_steps} (the cuts in its first half), then {rest} steps at the size reached.")
 
     def after_batch(self, step: int) -> str | None:
         """The step-based event due after global step ``step``, if any."""

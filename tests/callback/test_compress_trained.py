@@ -19,7 +19,7 @@ def trained_classifier(tmp_path):
 def test_a_trained_model_is_cut_early_then_fine_tuned_at_the_size_asked(tmp_path, caplog):
     model = trained_classifier(tmp_path)
     cb = ComeraCallback(tensorize=TensorizeConfig(init="svd"), budget=BudgetConfig(compression=8.0))
-    run = trainer(tmp_path, [cb], max_epochs=5)  # 80 steps: early 8, the cuts over the next 16
+    run = trainer(tmp_path, [cb], max_epochs=5)  # 80 steps: early 8, a late stage of 32 (the cuts in its first 16)
     run.fit(model, *loaders())
     assert "from trained weights (init='svd'): early stage = 8 of 80 steps" in caplog.text
     assert cb.schedule.late_start_step == 8 and cb.stage == "final"

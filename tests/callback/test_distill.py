@@ -60,3 +60,13 @@ def test_a_submodule_that_does_not_exist_is_named_and_a_resume_is_refused(tmp_pa
     cb = ComeraCallback(tensorize=TensorizeConfig(init="svd"), distill=DistillConfig(module=""))
     with pytest.raises(ValueError, match="a resumed run no longer has"):
         trainer(tmp_path, [cb], max_epochs=2).fit(trained_classifier(tmp_path), *loaders(), ckpt_path=str(saved))
+
+
+def test_a_test_run_after_the_fit_keeps_the_dense_teacher(tmp_path):
+    model = trained_classifier(tmp_path)
+    cb = ComeraCallback(tensorize=TensorizeConfig(init="svd"), distill=DistillConfig(module=""))
+    run = trainer(tmp_path, [cb], max_epochs=1)
+    run.fit(model, *loaders())
+    teacher = cb.teacher.model
+    run.test(model, loaders()[1], verbose=False)
+    assert cb.teacher.model is teacher and not any("cores" in name for name, _ in teacher.named_parameters())

@@ -179,3 +179,12 @@ def test_an_early_stage_length_given_now_wins_over_the_checkpoint_with_a_warning
     with pytest.warns(UserWarning, match=r"early_epochs=2 given now differs from the checkpoint's 3"):
         now.load_state_dict(saved.state_dict())
     assert now.early_epochs_resolved == 2 and now.early_epochs == 2
+
+
+def test_the_trained_model_schedule_takes_shares_of_the_run_and_stays_a_default():
+    schedule = StageSchedule()
+    message = schedule.resolve_trained(100, 0.1, 0.4, max_epochs=2)
+    assert (schedule.early_steps_resolved, schedule.late_steps, schedule.max_epochs) == (10, 40, 2)
+    assert "early stage = 10 of 100 steps, then a late stage of 40 (the cuts in its first half), then 50 steps" in message
+    assert not schedule.lengths_given, "a second fit resolves it again from its own length"
+    assert StageSchedule(late_steps=5).lengths_given
