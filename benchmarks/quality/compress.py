@@ -23,11 +23,10 @@ from __future__ import annotations
 import argparse
 import copy
 import datetime
-import json
 import sys
 from typing import Any
 
-from benchmarks.probes import RESULTS, machine_basics
+from benchmarks.probes import RESULTS, machine_basics, write_result
 from benchmarks.quality.models import ModelSpec, narrow_width, svd_ranks_of
 from benchmarks.quality.runs import fit, print_result
 from benchmarks.quality.settings import RaceSettings, _options
@@ -152,9 +151,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for compression in (float(c) for c in args.compressions.split(",")):
         out["by_compression"][f"{compression:g}"] = compress_at(args, spec, data, state, compression, systems,
                                                                 args.train_steps + extra)
-    path = args.out or RESULTS / f"compress_{spec.label()}.json"
-    path.write_text(json.dumps(out, indent=1) + "\n")
-    print(table(out))
+    write_result(args.out or RESULTS / f"compress_{spec.label()}.json", out, table(out))
     return out
 
 

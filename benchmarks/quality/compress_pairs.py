@@ -35,7 +35,7 @@ from typing import Any
 import lightning as L
 import torch
 
-from benchmarks.probes import RESULTS, machine_basics, without_out
+from benchmarks.probes import RESULTS, machine_basics, without_out, write_result
 from benchmarks.quality.models import svd_factors_, svd_ranks_of
 from benchmarks.quality.pairs_frontier import (
     DATA,
@@ -166,11 +166,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         out["dense_ft"], _ = fit("dense_ft", data, args, extra, state=state)
     out["by_compression"] = {f"{c:g}": compress_at(data, args, systems, state, c, steps, extra)
                              for c in (float(c) for c in args.compressions.split(",") if c)}
-    path = args.out or RESULTS / "compress_pairs.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(out, indent=1) + "\n")
-    print(table(out))
-    print(f"wrote {path}", file=sys.stderr)
+    write_result(args.out or RESULTS / "compress_pairs.json", out, table(out))
     return out
 
 

@@ -46,6 +46,7 @@ class CutWatch:
         self.tolerance, self.smoothing = float(tolerance), float(smoothing)
         self.best: float | None = None  # the reference level
         self._state: torch.Tensor | None = None  # sum, sum of squares, count, level's numerator, level's weight
+        self._update: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None  # _update_constants, on the device
 
     def observe(self, loss: torch.Tensor) -> None:
         """Add this step's detached task loss (a few in-place kernels, no host read)."""
@@ -54,10 +55,17 @@ class CutWatch:
             self._state = torch.zeros(5, device=loss.device)
         elif self._state.device != loss.device:  # restored from a checkpoint (CPU), or moved
             self._state = self._state.to(loss.device)
-        s, one = self.smoothing, torch.ones_like(loss)
-        step = torch.stack((loss, loss * loss, one, (1 - s) * loss, (1 - s) * one))
-        self._state[3:].mul_(s)
-        self._state.add_(step)
+        if self._update is None or self._update[0].device != loss.device:
+            self._update = self._update_constants(loss.device)
+        powers, decay, gain = self._update
+        # state ← state·decay + gain·(L, L², 1, L, 1): three kernels a step
+        self._state.mul_(decay).addcmul_(torch.pow(loss, powers), gain)
+
+    def _update_constants(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Per entry of the state: the power of the loss it adds, its decay and the weight of what it adds."""
+        s = self.smoothing
+        return (torch.tensor([1.0, 2.0, 0.0, 1.0, 0.0], device=device), torch.tensor([1.0, 1.0, 1.0, s, s], device=device),
+                torch.tensor([1.0, 1.0, 1.0, 1 - s, 1 - s], device=device))
 
     def window(self) -> WindowStats | None:
         """The window's mean, its standard error and the level (one host read); None before two steps were watched."""
