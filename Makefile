@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.setup-done
 
-.PHONY: setup test test-slow test-gpu test-wheel test-readme zoo-table demo bench docs clean
+.PHONY: setup test test-slow test-gpu test-wheel test-readme zoo-table demo bench results docs clean
 
 setup: $(STAMP)
 
@@ -70,6 +70,11 @@ bench: setup
 .PHONY: bench-gpu
 bench-gpu: setup
 	$(PY) -m benchmarks.training.gpu_speed --out benchmarks/results/gpu_speed.json
+
+# docs/results/*.md from the JSON of benchmarks/results/ (benchmarks/report/pages.py lists the tables); the tests
+# check that regenerating changes nothing (tests/benchmarks/test_report.py).
+results: setup
+	$(PY) -m benchmarks.report
 
 # The documentation site (mkdocs.yml: docs/ and the API pages from the docstrings) into site/, strictly: any warning,
 # a broken link or anchor among them, fails it (a few seconds).

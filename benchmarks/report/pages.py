@@ -1,0 +1,87 @@
+"""The results pages: one per question, each section a table rendered from one file of ``benchmarks/results/``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Section:
+    """A table: ``source`` (relative to ``benchmarks/results/``) rendered by ``render`` (``module:function``)."""
+
+    heading: str
+    source: str
+    render: str
+    text: str = ""
+
+
+@dataclass(frozen=True)
+class Page:
+    """A results page ``docs/results/<name>.md`` answering ``question``."""
+
+    name: str
+    title: str
+    question: str
+    sections: list[Section] = field(default_factory=list)
+
+
+RACE = "benchmarks.quality.report:markdown_table"
+OURS = "benchmarks.report.tables"
+
+PAGES = [
+    Page("quality", "Quality from scratch", "How good is a model trained with CoMERA from random init, against dense, a "
+         "dense model of its size and fixed ranks, at the budget users train for?", [
+             Section("A short budget: BPE Llama 128×2, 240 steps", "quality.json", RACE,
+                     "`python -m benchmarks.quality`: each system at its best LR of the sweep; narrow is a dense model "
+                     "of CoMERA's size, lowrank two plain factors."),
+             Section("About 20 tokens per parameter: byte Llama 48×4", "quality_long_llama48.json", RACE),
+             Section("About 20 tokens per parameter: BPE GPT-2 48×2", "quality_long_gpt48.json", RACE),
+             Section("LLaMA-60M shape on an H200, 300 steps", "h200/recipe_60m_300steps.json", RACE,
+                     "The paper recipe's first device run (before the fourth wave's step rule)."),
+             Section("Sentence-pair classifier (`make demo`'s Transformer), seed 0", "pairs_frontier.json",
+                     "benchmarks.quality.pairs_frontier:markdown"),
+             Section("The same, seed 1", "pairs_frontier_seed1.json", "benchmarks.quality.pairs_frontier:markdown"),
+         ]),
+    Page("compression", "Compression frontier", "How much loss does each size cost, from scratch and when a trained "
+         "model is compressed, against the plain paths a user would write instead?", [
+             Section("From scratch: byte Llama 48×4 at 4–16×", "frontier_llama48.json",
+                     "benchmarks.quality.frontier:markdown"),
+             Section("From scratch: BPE GPT-2 48×2", "frontier_gpt48.json", "benchmarks.quality.frontier:markdown"),
+             Section("A trained Llama 64×4 compressed 2× and 4×", "compress_llama-64x4.json", f"{OURS}:compress_runs",
+                     "`python -m benchmarks.quality.compress` at each `--ft-lr`; 268 extra steps (25 %). The guide: "
+                     "[Compress a trained model](../COMPRESS.md)."),
+             Section("A trained sentence-pair classifier compressed 8× and 32×, seed 0", "compress_pairs.json",
+                     "benchmarks.quality.compress_pairs:table"),
+             Section("The same, seed 1", "compress_pairs_seed1.json", "benchmarks.quality.compress_pairs:table"),
+         ]),
+    Page("speed_cpu", "Speed on CPU", "How fast is a CoMERA training step on a CPU, and what does it launch?", [
+             Section("The paper's Transformer (6 encoders, d_model 768)", "transformer_speed.json",
+                     f"{OURS}:transformer_speed",
+                     "Interleaved steps in one process (step time) and one process per system (memory); GaLore at "
+                     "batch 1 as in the paper."),
+             Section("What a step launches: the step account", "step_account.json",
+                     "benchmarks.training.step_account:markdown",
+                     "Counted on CPU: kernels (non-view aten ops), GEMM FLOPs, bytes saved for backward. How a CPU "
+                     "session sees a GPU's cost: [What a step costs a GPU](../STEP_COST.md)."),
+         ]),
+    Page("speed_gpu", "Speed on a GPU", "How fast is a CoMERA step on an H200, measured, and what does the device "
+         "model predict for the steps not yet measured?", [
+             Section("Measured: steps/s, bf16, batch 32", "h200/gpu_speed_2026-11-28.json",
+                     "benchmarks.training.gpu_speed:markdown", "Measured before the fifth wave's step cuts."),
+             Section("Modeled from the step account (not a measurement)", "device_model_h200.json",
+                     "benchmarks.training.device_model:markdown"),
+         ]),
+    Page("memory", "Memory", "How much memory does training take, dense against CoMERA?", [
+             Section("DLRM with Criteo's 26 tables", "dlrm_memory.json", f"{OURS}:dlrm_memory"),
+             Section("The largest LLaMA-shaped model a GPU fits (modeled)", "memory_fit.json",
+                     "benchmarks.training.memory_fit:markdown"),
+         ]),
+    Page("serving", "Serving", "How small and fast is a compressed model once exported?", [
+             Section("The paper's Transformer and the DLRM, exported", "inference.json", f"{OURS}:inference",
+                     "One thread; `python -m benchmarks.inference.latency`."),
+             Section("`export(prefer=...)`: size against speed", "export_prefer.json",
+                     "benchmarks.inference.export_prefer:markdown"),
+             Section("Embedding tables: lookups, DLRM steps and serving bytes", "embedding_speed.json",
+                     f"{OURS}:stored_markdown"),
+         ]),
+]

@@ -1,0 +1,51 @@
+"""Where a result came from: the host, device, date and command named above each generated table."""
+
+from __future__ import annotations
+
+from typing import Any
+
+UNKNOWN = "not recorded"
+
+
+def _machine(result: dict[str, Any]) -> dict[str, Any]:
+    machine = result.get("machine") or result.get("host")
+    return machine if isinstance(machine, dict) else {}
+
+
+def host_of(result: dict[str, Any]) -> str:
+    """The CPU and its logical cores, from the JSON's ``machine`` (or ``host``) record."""
+    machine = _machine(result)
+    if not machine:
+        return "none: derived from the files it names"
+    cpu = machine.get("cpu") or machine.get("processor") or UNKNOWN
+    cores = machine.get("logical_cpus") or machine.get("cpu_count")
+    return f"{cpu.replace('(R)', '')}, {cores} logical CPUs" if cores else cpu
+
+
+def device_of(result: dict[str, Any]) -> str:
+    """The accelerator the run used (a GPU's name), else ``CPU``; a result derived from others is modeled."""
+    machine = _machine(result)
+    gpu = machine.get("device") or machine.get("gpu") or result.get("device")
+    if not machine:
+        return f"{gpu}, modeled" if gpu else "none, modeled"
+    return str(gpu) if gpu else "CPU"
+
+
+def date_of(result: dict[str, Any]) -> str:
+    """The run's date: the JSON's ``date``, else its machine record's."""
+    date = result.get("date") or _machine(result).get("date")
+    return str(date)[:10] if date else UNKNOWN
+
+
+def command_of(result: dict[str, Any]) -> str | None:
+    """The command line the JSON records, if any."""
+    command = result.get("command")
+    return " ".join(command) if isinstance(command, list) else command
+
+
+def heading_line(result: dict[str, Any], source: str) -> str:
+    """One line under a section's heading: source file, host, device, date, command."""
+    parts = [f"Source: `{source}`", f"host: {host_of(result)}", f"device: {device_of(result)}",
+             f"date: {date_of(result)}"]
+    command = command_of(result)
+    return " · ".join(parts) + (f" · command: `{command}`" if command else "")

@@ -1,0 +1,105 @@
+"""Markdown renderers for result files whose benchmark has none of its own (each takes the loaded JSON)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+MB = 1e6
+GB = 1e9
+
+
+def _ratio(value: float | None) -> str:
+    return "–" if value is None else f"{value:.2f}×"
+
+
+def transformer_speed(result: dict[str, Any]) -> str:
+    """Step time per batch and system (dense / system beside it), then the paper's bars as measured."""
+    lines = ["| batch | system | step ms (median) | dense / system | tensor peak MB | resident peak MB |",
+             "|---|---|---|---|---|---|"]
+    for batch, systems in result["interleaved"].items():
+        dense_ms = systems["dense"]["step_ms_median"]
+        for name, timing in systems.items():
+            process = result["processes"][batch].get(name, {})
+            peak = process.get("tensor_peak")
+            rss = process.get("peak")
+            lines.append(f"| {batch} | {name} | {timing['step_ms_median']:,.1f} | {_ratio(dense_ms / timing['step_ms_median'])}"
+                         f" | {'–' if peak is None else f'{peak / MB:,.1f}'} | {'–' if rss is None else f'{rss / MB:,.0f}'} |")
+    lines += ["", "| bar (the paper's claim) | needed | measured | met |", "|---|---|---|---|"]
+    for name, claim in result.get("claims", {}).items():
+        lines.append(f"| `{name}` | {claim['bar']:g}× | {claim['measured']:.2f}× | {'yes' if claim['met'] else 'no'} |")
+    return "\n".join(lines)
+
+
+def dlrm_memory(result: dict[str, Any]) -> str:
+    """Per embedding dimension: table parameters, a step's peak memory and time, dense / TT ratios."""
+    lines = [f"Criteo's 26 tables, batch {result['settings']['batch']:,}, {result['settings']['optimizer']} "
+             f"(dense: fused; TT: the package's), max rank {result['settings']['max_rank']}.", "",
+             "| dim | system | table parameters | peak memory GB | step ms | status |", "|---|---|---|---|---|---|"]
+    for dim, systems in result["results"].items():
+        for name, row in systems.items():
+            step = row.get("step_ms_median")
+            lines.append(f"| {dim} | {name} | {row['params_embedding']:,} | {row['peak'] / GB:.2f} | "
+                         f"{'–' if step is None else f'{step:,.0f}'} | {row.get('status', 'measured')} |")
+    lines += ["", "| dim | tables smaller | peak memory lower | step faster |", "|---|---|---|---|"]
+    for dim, ratio in result["ratios"].items():
+        lines.append(f"| {dim} | {ratio['embedding_compression']:.1f}× | {ratio['peak_rss']:.1f}× | "
+                     f"{_ratio(ratio.get('step_time'))} |")
+    return "\n".join(lines) + "\n\nA `computed` dense row did not fit this host: its peak is predicted, not measured."
+
+
+def inference(result: dict[str, Any]) -> str:
+    """Per workload: file size and batch latency of each system, dense / system beside them."""
+    lines = []
+    for workload in ("transformer", "dlrm"):
+        part = result[workload]
+        files = part["files"]["file_bytes"]
+        batches = list(part["interleaved"])
+        lines += [f"**{workload}**", "", "| system | file MB | " + " | ".join(f"batch {b} ms" for b in batches) + " |",
+                  "|---|---|" + "---|" * len(batches)]
+        for name in files:
+            cells = []
+            for batch in batches:
+                timing = part["interleaved"][batch]
+                ms = timing["ms_median"].get(name)
+                over = 1.0 if name == "dense" else timing["dense_over"].get(name)
+                cells.append("–" if ms is None else f"{ms:,.2f} ({_ratio(over)})")
+            lines.append(f"| {name} | {files[name] / MB:,.2f} | " + " | ".join(cells) + " |")
+        lines.append("")
+    return "\n".join(lines) + "(×: dense's time over the system's, interleaved rounds in one process.)"
+
+
+def stored_markdown(result: dict[str, Any]) -> str:
+    """The tables the benchmark wrote into its JSON (``markdown``) when it ran, its title dropped (the section's
+    heading stands for it)."""
+    lines = result["markdown"].strip().splitlines()
+    return "\n".join(lines[1:] if lines and lines[0].startswith("## ") else lines).strip()
+
+
+def _best_marked(values: dict[float, float]) -> dict[float, str]:
+    best = min(values.values())
+    return {lr: (f"**{v:.3f}**" if v == best else f"{v:.3f}") for lr, v in values.items()}
+
+
+def compress_runs(result: dict[str, Any]) -> str:
+    """A trained model compressed: final validation loss per system and fine-tuning LR, per compression; each
+    system's best LR in bold (``runs`` of ``benchmarks.quality.compress``, gathered into one file)."""
+    lrs = sorted({run["ft_lr"] for run in result["runs"]})
+    dense_ft = result.get("dense_ft", {})
+    lines = [f"Dense {result['dense']['model']}, trained {result['dense']['steps']:,} steps: validation loss "
+             f"**{result['dense']['final_val_loss']:.3f}**, {result['dense']['parameters']:,} parameters"
+             + (f"; trained {dense_ft['steps']} steps more at {dense_ft['lr']:g}: {dense_ft['final_val_loss']:.3f}"
+                if dense_ft else "") + "."]
+    for compression in sorted({run["compression"] for run in result["runs"]}):
+        lines += ["", f"**{compression:g}× smaller tensorized layers** (validation loss at each fine-tuning LR)", "",
+                  "| system | parameters | " + " | ".join(f"{lr:g}" for lr in lrs) + " |",
+                  "|---|---|" + "---|" * len(lrs)]
+        for system in result["systems"]:
+            runs = {r["ft_lr"]: r for r in result["runs"] if r["system"] == system and r["compression"] == compression}
+            if not runs:
+                continue
+            cells = _best_marked({lr: r["val_loss"] for lr, r in runs.items()})
+            params = min(r["parameters"] for r in runs.values())
+            lines.append(f"| {system} | {params:,} | " + " | ".join(cells.get(lr, "–") for lr in lrs) + " |")
+    lines += ["", "Systems:"] + [f"* `{name}`: {what}" for name, what in result["systems"].items()]
+    note = result.get("note")
+    return "\n".join(lines) + (f"\n\n{note}." if note else "")
