@@ -8,6 +8,7 @@ and imports this one as ``benchmarks.probes``; a worker process is started the s
 from __future__ import annotations
 
 import ctypes
+import datetime
 import gc
 import json
 import os
@@ -88,9 +89,15 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine() or "unknown"
 
 
+def today() -> str:
+    """The UTC date, ISO format: the ``date`` of a results file."""
+    return datetime.datetime.now(datetime.timezone.utc).date().isoformat()
+
+
 def machine_basics() -> dict[str, object]:
-    """CPU model, logical CPUs, RAM, Python version and 1-minute load: what every benchmark reports."""
+    """CPU model, logical CPUs, RAM, Python version, 1-minute load and the UTC date: what every benchmark reports."""
     return {
+        "date": today(),
         "cpu": cpu_model(),
         "logical_cpus": os.cpu_count() or 0,
         "mem_total_gb": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / GB, 1),

@@ -25,11 +25,13 @@ def render_page(page: Page) -> str:
     """The page's markdown: title, question, then per section its provenance line, note and table."""
     lines = [BANNER, "", f"# {page.title}", "", page.question, ""]
     for section in page.sections:
-        result = json.loads((RESULTS / section.source).read_text())
-        lines += [f"## {section.heading}", "", heading_line(result, f"benchmarks/results/{section.source}"), ""]
+        sources = [section.source] if isinstance(section.source, str) else list(section.source)
+        results = [json.loads((RESULTS / source).read_text()) for source in sources]
+        lines += [f"## {section.heading}", "", heading_line(results, [f"benchmarks/results/{s}" for s in sources]), ""]
         if section.text:
             lines += [section.text, ""]
-        lines += [_renderer(section.render)(result).strip(), ""]
+        table = _renderer(section.render)(results[0] if isinstance(section.source, str) else dict(zip(sources, results)))
+        lines += [table.strip(), ""]
     return "\n".join(lines)
 
 

@@ -7,10 +7,11 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True)
 class Section:
-    """A table: ``source`` (relative to ``benchmarks/results/``) rendered by ``render`` (``module:function``)."""
+    """A table: ``source`` (relative to ``benchmarks/results/``) rendered by ``render`` (``module:function``); a
+    tuple of sources is rendered from ``{source: result}``."""
 
     heading: str
-    source: str
+    source: str | tuple[str, ...]
     render: str
     text: str = ""
 
@@ -27,6 +28,8 @@ class Page:
 
 RACE = "benchmarks.quality.report:markdown_table"
 OURS = "benchmarks.report.tables"
+PAIRS = tuple(f"compress_pairs{variant}{seed}.json" for variant in ("", "_trained_schedule", "_distill")
+              for seed in ("", "_seed1"))
 
 PAGES = [
     Page("quality", "Quality from scratch", "How good is a model trained with CoMERA from random init, against dense, a "
@@ -47,12 +50,14 @@ PAGES = [
              Section("From scratch: byte Llama 48×4 at 4–16×", "frontier_llama48.json",
                      "benchmarks.quality.frontier:markdown"),
              Section("From scratch: BPE GPT-2 48×2", "frontier_gpt48.json", "benchmarks.quality.frontier:markdown"),
-             Section("A trained Llama 64×4 compressed 2× and 4×", "compress_llama-64x4.json", f"{OURS}:compress_runs",
+             Section("A trained Llama, width 64, compressed 2× and 4×", "compress_llama-64x4.json", f"{OURS}:compress_runs",
                      "`python -m benchmarks.quality.compress` at each `--ft-lr`; 268 extra steps (25 %). The guide: "
                      "[Compress a trained model](../COMPRESS.md)."),
-             Section("A trained sentence-pair classifier compressed 8× and 32×, seed 0", "compress_pairs.json",
-                     "benchmarks.quality.compress_pairs:table"),
-             Section("The same, seed 1", "compress_pairs_seed1.json", "benchmarks.quality.compress_pairs:table"),
+             Section("A trained sentence-pair classifier compressed 8× and 32×", PAIRS, f"{OURS}:pairs_by_seed",
+                     "`python -m benchmarks.quality.compress_pairs`, 25 % extra steps; the mean of seeds 0 and 1. "
+                     "`compress_pairs` ran the first trained-model schedule (5 % early, the cuts over the next 10 %), "
+                     "`compress_pairs_trained_schedule` today's defaults, `compress_pairs_distill` the same with the "
+                     "trained model as teacher."),
          ]),
     Page("speed_cpu", "Speed on CPU", "How fast is a CoMERA training step on a CPU, and what does it launch?", [
              Section("The paper's Transformer (6 encoders, d_model 768)", "transformer_speed.json",

@@ -43,9 +43,15 @@ def command_of(result: dict[str, Any]) -> str | None:
     return " ".join(command) if isinstance(command, list) else command
 
 
-def heading_line(result: dict[str, Any], source: str) -> str:
-    """One line under a section's heading: source file, host, device, date, command."""
-    parts = [f"Source: `{source}`", f"host: {host_of(result)}", f"device: {device_of(result)}",
-             f"date: {date_of(result)}"]
-    command = command_of(result)
+def _joined(values: list[str]) -> str:
+    return ", ".join(dict.fromkeys(values))
+
+
+def heading_line(results: list[dict[str, Any]], sources: list[str]) -> str:
+    """One line under a section's heading: the source files, their hosts, devices and dates, the command of one."""
+    dates = sorted({date_of(result) for result in results})
+    parts = [f"Source: {', '.join(f'`{source}`' for source in sources)}",
+             f"host: {_joined([host_of(r) for r in results])}", f"device: {_joined([device_of(r) for r in results])}",
+             f"date: {dates[0] if len(dates) == 1 else f'{dates[0]} to {dates[-1]}'}"]
+    command = command_of(results[0]) if len(results) == 1 else None
     return " · ".join(parts) + (f" · command: `{command}`" if command else "")

@@ -94,7 +94,10 @@ def compress_runs(result: dict[str, Any]) -> str:
                   "| system | parameters | " + " | ".join(f"{lr:g}" for lr in lrs) + " |",
                   "|---|---|" + "---|" * len(lrs)]
         for system in result["systems"]:
-            runs = {r["ft_lr"]: r for r in result["runs"] if r["system"] == system and r["compression"] == compression}
+            same = [r for r in result["runs"] if r["system"] == system and r["compression"] == compression]
+            runs = {r["ft_lr"]: r for r in same}
+            if len(runs) < len(same):
+                raise ValueError(f"{system} at {compression:g}x has two runs at one LR: give one another name")
             if not runs:
                 continue
             cells = _best_marked({lr: r["val_loss"] for lr, r in runs.items()})
@@ -103,3 +106,33 @@ def compress_runs(result: dict[str, Any]) -> str:
     lines += ["", "Systems:"] + [f"* `{name}`: {what}" for name, what in result["systems"].items()]
     note = result.get("note")
     return "\n".join(lines) + (f"\n\n{note}." if note else "")
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values)
+
+
+def pairs_by_seed(results: dict[str, dict[str, Any]]) -> str:
+    """Compressing a trained classifier (``compress_pairs`` files by name): each (file, system) row the mean over the
+    seeds' files (``<stem>_seed1.json`` beside ``<stem>.json``), test accuracy and validation loss per compression."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for source, result in results.items():
+        groups.setdefault(source.removesuffix(".json").removesuffix("_seed1"), []).append(result)
+    runs = list(results.values())
+    dense = [r["dense"] for r in runs if "--systems" not in r["command"]]
+    dense_ft = [r["dense_ft"] for r in runs if "dense_ft" in r]
+    compressions = list(runs[0]["by_compression"])
+    lines = [f"Dense, trained {runs[0]['dense_steps']} steps: test accuracy {_mean([d['test_acc'] for d in dense]):.3f}, "
+             f"validation loss {_mean([d['val_loss'] for d in dense]):.3f}"
+             + (f"; + {runs[0]['extra_steps']} steps: {_mean([d['test_acc'] for d in dense_ft]):.3f}, "
+                f"{_mean([d['val_loss'] for d in dense_ft]):.3f}" if dense_ft else "") + f" ({len(dense)} seeds); "
+             f"small: a narrower dense model from scratch for all {runs[0]['dense_steps'] + runs[0]['extra_steps']:,} steps.",
+             "",
+             "| file | system | seeds | " + " | ".join(f"{c}×: accuracy, val loss" for c in compressions) + " |",
+             "|---|---|---|" + "---|" * len(compressions)]
+    for stem, seeds in groups.items():
+        for system in seeds[0]["by_compression"][compressions[0]]:
+            cells = [f"{_mean([r['by_compression'][c][system]['test_acc'] for r in seeds]):.3f}, "
+                     f"{_mean([r['by_compression'][c][system]['val_loss'] for r in seeds]):.3f}" for c in compressions]
+            lines.append(f"| `{stem}` | {system} | {len(seeds)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.probes import write_result
+from benchmarks.probes import today, write_result
 
 MODES = ("eager", "graphs")
 CONSTANTS = ("kernel_us_eager", "kernel_us_graphs", "gemm_tflops", "other_tb_per_s")
@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parser.parse_args(argv)
     measured = json.loads(Path(args.measured).read_text())
     coef, table = fit_rows(measured["runs"], json.loads(Path(args.fit_account).read_text())["rows"])
-    result = {"measured": args.measured, "fit_account": args.fit_account, "predict_account": args.predict_account,
+    result = {"date": today(), "measured": args.measured, "fit_account": args.fit_account, "predict_account": args.predict_account,
               "device": measured["machine"].get("device", "?"), "constants": constants(coef), "fit": table,
               "predicted": predict(coef, [r for path in args.predict_account or [] for r in json.loads(Path(path).read_text())["rows"]])}
     write_result(args.out, result, markdown(result))

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from benchmarks.probes import write_result
+from benchmarks.probes import today, write_result
 from benchmarks.quality.models import ModelSpec, build_lm
 from benchmarks.training.gpu_runs import WORKLOADS
 
@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
     rows = table([r for path in args.account for r in json.loads(Path(path).read_text())["rows"]], args.tokens)
-    result = {"account": args.account, "tokens": args.tokens, "rows": rows, "largest": largest(rows)}
+    result = {"date": today(), "account": args.account, "tokens": args.tokens, "rows": rows, "largest": largest(rows)}
     write_result(args.out, result, markdown(result))
     return result
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import json
 import re
 from pathlib import Path
 
@@ -15,7 +16,8 @@ from benchmarks.report.provenance import date_of, device_of, host_of
 ROOT = Path(__file__).resolve().parents[2]
 CITING = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 LINK = re.compile(r"\((?:\.\./)?(?:docs/)?results/(\w+)\.md(?:#[\w-]+)?\)")
-FIGURE = re.compile(r"(?<![\w.])\d[\d,]*\.\d+|\d{1,3}(?:,\d{3})+")
+# A measured figure: a decimal or a number with thousands commas; not a percentage or a signed difference (derived).
+FIGURE = re.compile(r"(?<![\w.,+\-−])(?:\d[\d,]*\.\d+|\d{1,3}(?:,\d{3})+)(?!\d|,\d|\.\d|\s?%)")
 
 
 def test_regenerating_changes_nothing(capsys):
@@ -31,12 +33,11 @@ def test_check_names_a_stale_page(tmp_path, capsys):
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda page: page.name)
 def test_every_table_names_its_host_device_and_date(page):
-    import json
-
     for section in page.sections:
-        result = json.loads((report.RESULTS / section.source).read_text())
-        assert date_of(result) != "not recorded", f"{section.source}: add a 'date' to the JSON"
-        assert host_of(result) and device_of(result)
+        for source in [section.source] if isinstance(section.source, str) else section.source:
+            result = json.loads((report.RESULTS / source).read_text())
+            assert date_of(result) != "not recorded", f"{source}: add a 'date' to the JSON"
+            assert host_of(result) and device_of(result)
 
 
 @functools.lru_cache(maxsize=1)
@@ -45,24 +46,31 @@ def _pages() -> dict[str, str]:
 
 
 def _cited_blocks(text: str):
-    """(page, block) for each table row or paragraph that links a results page."""
-    for block in re.split(r"\n\s*\n|\n(?=\|)", text):
-        for page in set(LINK.findall(block)):
-            yield page, LINK.sub("", block)
+    """(pages, block) for each paragraph, or table row, that links results pages; a table's unlinked rows are cited
+    by the links of its header row."""
+    for block in re.split(r"\n\s*\n", text):
+        rows = block.strip().splitlines()
+        parts = rows if rows and all(row.startswith("|") for row in rows) else [block]
+        header = set(LINK.findall(parts[0]))
+        for part in parts:
+            pages = set(LINK.findall(part)) or (header if len(parts) > 1 else set())
+            if pages:
+                yield pages, LINK.sub("", part)
 
 
 @pytest.mark.parametrize("path", CITING, ids=lambda path: path.name)
 def test_a_figure_beside_a_results_link_is_on_that_page(path):
-    pages = _pages()
+    generated = _pages()
     missing = []
-    for page, block in _cited_blocks(path.read_text()):
-        assert f"{page}.md" in pages, f"{path.name} links results/{page}.md, which is not generated"
-        missing += [(page, figure) for figure in FIGURE.findall(block) if figure not in pages[f"{page}.md"]]
+    for pages, block in _cited_blocks(path.read_text()):
+        assert all(f"{page}.md" in generated for page in pages), f"{path.name} links a page not generated: {pages}"
+        missing += [(sorted(pages), figure) for figure in FIGURE.findall(block)
+                    if not any(figure in generated[f"{page}.md"] for page in pages)]
     assert not missing, f"{path.name}: figures not on the results page they link: {missing}"
 
 
 def test_a_figure_check_catches_a_drifted_figure():
     text = "| table parameters | 540,201,999 ([memory](docs/results/memory.md)) |"
     blocks = list(_cited_blocks(text))
-    assert blocks and "540,201,999" in FIGURE.findall(blocks[0][1])
+    assert blocks[0][0] == {"memory"} and "540,201,999" in FIGURE.findall(blocks[0][1])
     assert "540,201,999" not in _pages()["memory.md"]
