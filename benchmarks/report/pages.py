@@ -28,6 +28,8 @@ class Page:
 
 RACE = "benchmarks.quality.report:markdown_table"
 OURS = "benchmarks.report.tables"
+GPU = "benchmarks.report.tables_gpu"
+SCALING = "benchmarks.report.tables_scaling"
 PAIRS = tuple(f"compress_pairs{variant}{seed}.json" for variant in ("", "_trained_schedule", "_distill")
               for seed in ("", "_seed1"))
 
@@ -44,6 +46,11 @@ PAGES = [
              Section("Sentence-pair classifier (`make demo`'s Transformer), seed 0", "pairs_frontier.json",
                      "benchmarks.quality.pairs_frontier:markdown"),
              Section("The same, seed 1", "pairs_frontier_seed1.json", "benchmarks.quality.pairs_frontier:markdown"),
+             Section("Drop-in on Hugging Face models", "drop_in.json", f"{SCALING}:drop_in",
+                     "Random-init BERT, Llama and GPT-2 classifiers (hidden 128, 2 layers), one plain optimizer, the "
+                     "callback given only `max_rank=16, early_epochs=3, target_ratio=0.2` (the defaults and the paper's "
+                     "late stage of 2026-11-23). A toy task (the class is the first token's id mod 4) that rewards "
+                     "memorising ids: it shows that pruning happens under a user's optimizer, not quality."),
          ]),
     Page("compression", "Compression frontier", "How much loss does each size cost, from scratch and when a trained "
          "model is compressed, against the plain paths a user would write instead?", [
@@ -68,6 +75,16 @@ PAGES = [
                      "benchmarks.training.step_account:markdown",
                      "Counted on CPU: kernels (non-view aten ops), GEMM FLOPs, bytes saved for backward. How a CPU "
                      "session sees a GPU's cost: [What a step costs a GPU](../STEP_COST.md)."),
+             Section("The step account at the LLaMA-350M shape", "step_account_llama350m.json",
+                     "benchmarks.training.step_account:markdown"),
+             Section("The step account at the LLaMA-1B shape (2 and 4 blocks, extended to 24)",
+                     "step_account_llama1b.json", "benchmarks.training.step_account:markdown"),
+             Section("The step account in fp32 at batch 2", "step_account_fp32.json",
+                     "benchmarks.training.step_account:markdown", "The issue's first way of counting."),
+             Section("The step account before the fifth wave's cuts", "h200/step_account_c7f9c21.json",
+                     "benchmarks.training.step_account:markdown",
+                     "The code that ran on the H200 on 2026-11-28 (commit c7f9c21), counted the same way."),
+             Section("One layer at a time", "layer_speed.json", f"{GPU}:layer_speed"),
          ]),
     Page("speed_gpu", "Speed on a GPU", "How fast is a CoMERA step on an H200, measured, and what does the device "
          "model predict for the steps not yet measured?", [
@@ -75,11 +92,35 @@ PAGES = [
                      "benchmarks.training.gpu_speed:markdown", "Measured before the fifth wave's step cuts."),
              Section("Modeled from the step account (not a measurement)", "device_model_h200.json",
                      "benchmarks.training.device_model:markdown"),
+             Section("CUDA graphs on the paper Transformer, fp32, 2 encoders (2026-11-26)",
+                     "h200/strategy_speed_2layers.json", f"{GPU}:strategy_speed",
+                     "`python -m benchmarks.training.strategy_speed`: the tensorized model in the paper's layout, one "
+                     "step = forward, the early-stage objective, backward, AdamW."),
+             Section("The same, 6 encoders", "h200/strategy_speed_6layers.json", f"{GPU}:strategy_speed"),
+             Section("One layer at a time on the H200", "h200/layer_speed.json", f"{GPU}:layer_speed"),
+             Section("A 1,000,000 × 64 TT table's lookup (rank 32, Zipf ids)", "h200/tt_embedding_lookup.json",
+                     f"{GPU}:tt_lookup"),
          ]),
     Page("memory", "Memory", "How much memory does training take, dense against CoMERA?", [
              Section("DLRM with Criteo's 26 tables", "dlrm_memory.json", f"{OURS}:dlrm_memory"),
              Section("The largest LLaMA-shaped model a GPU fits (modeled)", "memory_fit.json",
                      "benchmarks.training.memory_fit:markdown"),
+             Section("What FSDP would save on the paper Transformer", "fsdp_memory.json", f"{SCALING}:fsdp_memory",
+                     "`python -m benchmarks.scaling.fsdp_memory`: parameters, gradients and optimizer state shard; "
+                     "the activations a step saves do not."),
+             Section("The same, 12 layers", "fsdp_memory_12layers.json", f"{SCALING}:fsdp_memory"),
+             Section("The same, batch 1", "fsdp_memory_batch1.json", f"{SCALING}:fsdp_memory"),
+         ]),
+    Page("scaling", "Scaling out", "What do a second process, TorchRec's pipeline and the Criteo readers give?", [
+             Section("1 against 2 processes", "scaling_throughput.json", f"{SCALING}:throughput",
+                     "`python -m benchmarks.scaling.throughput`: the same `comera-lightning fit` as one process of one "
+                     "or two threads and as two gloo processes, alternated; `ThroughputTimer` times the batches."),
+             Section("TorchRec's `TrainPipelineSparseDist` against the plain loop", "dmp_pipeline.json",
+                     f"{SCALING}:rates", "A tensorized DLRM under DMP on 2 gloo processes, the same batches."),
+             Section("Criteo readers", "criteo_reader.json", f"{SCALING}:rates",
+                     "One synthetic TSV for every system, one process."),
+             Section("Criteo readers, two DataLoader workers at a larger batch", "criteo_reader_workers.json",
+                     f"{SCALING}:rates"),
          ]),
     Page("serving", "Serving", "How small and fast is a compressed model once exported?", [
              Section("The paper's Transformer and the DLRM, exported", "inference.json", f"{OURS}:inference",

@@ -12,11 +12,16 @@ def _machine(result: dict[str, Any]) -> dict[str, Any]:
     return machine if isinstance(machine, dict) else {}
 
 
+def _derived(result: dict[str, Any]) -> bool:
+    """A result computed from other result files (a model fitted on accounts), not measured on a host."""
+    return not _machine(result) and ("account" in result or "fit_account" in result)
+
+
 def host_of(result: dict[str, Any]) -> str:
     """The CPU and its logical cores, from the JSON's ``machine`` (or ``host``) record."""
     machine = _machine(result)
     if not machine:
-        return "none: derived from the files it names"
+        return "none: derived from the files it names" if _derived(result) else UNKNOWN
     cpu = machine.get("cpu") or machine.get("processor") or UNKNOWN
     cores = machine.get("logical_cpus") or machine.get("cpu_count")
     return f"{cpu.replace('(R)', '')}, {cores} logical CPUs" if cores else cpu
@@ -25,10 +30,10 @@ def host_of(result: dict[str, Any]) -> str:
 def device_of(result: dict[str, Any]) -> str:
     """The accelerator the run used (a GPU's name), else ``CPU``; a result derived from others is modeled."""
     machine = _machine(result)
-    gpu = machine.get("device") or machine.get("gpu") or result.get("device")
-    if not machine:
+    gpu = machine.get("device") or machine.get("gpu") or machine.get("cuda") or result.get("device")
+    if _derived(result):
         return f"{gpu}, modeled" if gpu else "none, modeled"
-    return str(gpu) if gpu else "CPU"
+    return str(gpu) if gpu else ("CPU" if machine else UNKNOWN)
 
 
 def date_of(result: dict[str, Any]) -> str:

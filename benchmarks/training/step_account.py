@@ -186,8 +186,8 @@ def markdown(result: dict[str, Any]) -> str:
         lines.append(
             f"| {r['model']} | {r['system']} | {r['kernels']:,.0f} | " + " | ".join(f"{phases[p]:,.0f}" for p in PHASES)
             + f" | {_ratio(x['kernels'])} | {r['gemm_flops'] / 1e9:,.2f} | {_ratio(x['gemm_flops'])} | "
-            f"{_mib(r['saved_bytes'])} | {_ratio(x['saved_bytes'])} | {_mib(state)} | {_mib(r['floor_bytes'])} | "
-            f"{_ratio(x['floor_bytes'])} | {r['counted']} |")
+            f"{_mib(r['saved_bytes'])} | {_ratio(x['saved_bytes'])} | {_mib(state)} | {_mib(r.get('floor_bytes'))} | "
+            f"{_ratio(x.get('floor_bytes'))} | {r['counted']} |")  # accounts before the floor column have none
     return "\n".join(lines) + "\n"
 
 
