@@ -61,7 +61,10 @@ class StageEvents:
     def carry_out(self, event: str | None, trainer: pl.Trainer, pl_module: pl.LightningModule, epochs_done: int) -> None:
         """Do what the schedule decided: switch (then prune), prune, or prune and end the late stage."""
         if event == "switch":
-            self.objective.enter_late(mean_over_ranks(trainer, self.loss_target.resolve(trainer.callback_metrics)))
+            metrics = trainer.callback_metrics
+            reference = self.loss_target.reference(metrics)
+            self.objective.enter_late(mean_over_ranks(trainer, self.loss_target.resolve(metrics)),
+                                      None if reference is None else mean_over_ranks(trainer, reference))
             self.schedule.enter_late(epochs_done, trainer.global_step)
             budget = self.objective.late == "budget"
             self.schedule.plan_late(*_run_length(trainer), prunes=BUDGET_PRUNES if budget else None, shrink_share=BUDGET_SHRINK_SHARE)
@@ -104,10 +107,11 @@ class StageEvents:
         if isinstance(trainer.strategy, ResizeListener):
             trainer.strategy.on_parameters_resized()  # e.g. CUDAGraphStrategy re-captures
         publish_sizes(trainer, pl_module)
-        rank_zero_info(
-            f"ComeraCallback: prune ({reason}) at step {trainer.global_step}: "
-            f"{summary.parameters_before:,} → {summary.parameters_after:,} parameters."
-        )
+        if summary.removed or reason != PRUNE_REASONS["prune"]:  # an interval that cut nothing (size reached) is quiet
+            rank_zero_info(
+                f"ComeraCallback: prune ({reason}) at step {trainer.global_step}: "
+                f"{summary.parameters_before:,} → {summary.parameters_after:,} parameters."
+            )
         return summary
 
     def after_validation(self, trainer: pl.Trainer) -> None:
@@ -120,7 +124,7 @@ class StageEvents:
         at_switch = self.schedule.stage == "late" and self.schedule.late_start_step == trainer.global_step
         if self.loss_target.refreshable and at_switch and not trainer.sanity_checking:
             self.objective.loss_target = mean_over_ranks(trainer, self.loss_target.resolve(trainer.callback_metrics))
-            self.objective.guard.start(self.objective.loss_target)
+            self.objective.guard.start(mean_over_ranks(trainer, self.loss_target.quality(trainer.callback_metrics)))
             rank_zero_info(f"ComeraCallback: L₀={self.objective.loss_target:.4f} from the validation at the stage switch.")
 
     def guard_quality(self, trainer: pl.Trainer) -> None:

@@ -32,19 +32,25 @@ class QualityGuard:
         check_number("smoothing", smoothing, 0.0, 1.0, high_open=True)
         self.tolerance, self.smoothing = float(tolerance), float(smoothing)
         self.best_validation: float | None = None
+        self.started = False  # after the switch: validations are compared from then on
         self.paused = False
         self.loss_average: torch.Tensor | None = None  # rank-local running mean of the task loss
         self.loss_best: torch.Tensor | None = None
         self._allowed: torch.Tensor | None = None  # 1.0 or 0.0 on device, rewritten in place (CUDA graphs)
 
-    def start(self, validation_loss: float) -> None:
-        """At the stage switch: the loss there is the first best; running means start afresh."""
-        self.best_validation, self.paused = float(validation_loss), False
+    def start(self, validation_loss: float | None) -> None:
+        """At the stage switch: the validation loss there is the first best (None when no validation ran before the
+        switch: the first one after it is, since a training loss is no reference for it); running means start afresh."""
+        self.best_validation = None if validation_loss is None else float(validation_loss)
+        self.started, self.paused = True, False
         self.loss_average = self.loss_best = None
 
     def after_validation(self, loss: float) -> str | None:
         """Pause or resume the size term on this validation loss; returns what changed, in words, or None."""
+        if not self.started:
+            return None
         if self.best_validation is None:
+            self.best_validation = float(loss)
             return None
         best_before, was_paused = self.best_validation, self.paused
         self.best_validation = min(best_before, float(loss))
@@ -77,11 +83,12 @@ class QualityGuard:
         def cpu(t: torch.Tensor | None) -> torch.Tensor | None:
             return None if t is None else t.detach().cpu().clone()
 
-        return {"best_validation": self.best_validation, "paused": self.paused,
+        return {"best_validation": self.best_validation, "started": self.started, "paused": self.paused,
                 "loss_average": cpu(self.loss_average), "loss_best": cpu(self.loss_best)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore ``state_dict()`` output; the running means move to the loss's device at the next step."""
         self.best_validation, self.paused = state["best_validation"], bool(state["paused"])
+        self.started = bool(state.get("started", self.best_validation is not None))  # checkpoints before "started"
         self.loss_average, self.loss_best = (None if t is None else t.clone() for t in (state["loss_average"], state["loss_best"]))
         self._allowed = None

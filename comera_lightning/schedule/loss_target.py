@@ -85,6 +85,17 @@ class LossTarget:
         measurement: the guard compares the validation loss, or the metric named, with its best)."""
         return LossTarget(None, self.metric).resolve(metrics) if self.value is not None else self.resolve(metrics)
 
+    def reference(self, metrics: Mapping[str, Any]) -> float | None:
+        """The guard's first best at the switch: a fixed L₀, else the loss it watches as logged now (the metric named,
+        ``"train"``: the epoch's mean training loss; else a validation loss under a usual name); None when none is
+        logged yet (then the first validation after the switch is)."""
+        if self.value is not None:
+            return float(self.value)
+        if self.metric == TRAIN_LOSS_TARGET:
+            return self.epoch_mean()
+        names = (self.metric,) if self.metric is not None else AUTO_LOSS_METRICS
+        return next((float(metrics[name]) for name in names if name in metrics), None)
+
     def resolve(self, metrics: Mapping[str, Any]) -> float:
         """L₀ now, given the metrics logged so far (``trainer.callback_metrics``)."""
         if self.value is not None:

@@ -117,13 +117,14 @@ class ComeraObjective:
             kept.copy_(value.detach())
         return {name: self._kept[name] for name in terms}
 
-    def enter_late(self, loss_target: float) -> None:
-        """Fix S (the active size now), S₀ (``end_size(S)``: target_ratio·S unless a budget says otherwise) and L₀."""
+    def enter_late(self, loss_target: float, validation_loss: float | None = None) -> None:
+        """Fix S (the active size now), S₀ (``end_size(S)``: target_ratio·S unless a budget says otherwise) and L₀; the
+        guard compares later validations with ``validation_loss`` (None: with the first of them)."""
         self.size_at_switch = float(active_size(self.bank))
         self.size_asked = float(self.end_size(self.size_at_switch))  # above S when the layers started smaller than asked
         self.size_target = min(self.size_at_switch, self.size_asked)
         self.loss_target = float(loss_target)
-        self.guard.start(self.loss_target)
+        self.guard.start(validation_loss)
         self.watch.reset()
 
     def target_size(self, progress: float) -> float:

@@ -54,7 +54,7 @@ def test_check_trains_dense_and_comera_the_anchors_way_on_text_files(tmp_path):
             assert [p["step"] for p in result["curve"]] == [4, 8] and result["curve"][-1]["tokens"] == 8 * 8 * 32
             assert 0 < result["curve"][0]["seconds"] < result["curve"][1]["seconds"]
     assert entry["systems"]["comera"]["parameters"] < entry["systems"]["dense"]["parameters"]
-    assert "late stage from step 5" in proc.stderr and "prune (interval) at step 8" in proc.stderr  # 2/3 of 8 steps
+    assert "late stage from step 5" in proc.stderr and "prune (stage switch) at step 5" in proc.stderr  # 2/3 of 8 steps
     assert "| llama-64x2 | comera |" in proc.stdout and out.with_suffix(".png").stat().st_size > 0
 
 

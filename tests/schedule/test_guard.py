@@ -12,7 +12,7 @@ def guarded_objective(tolerance=0.02):
     layers = tt_model_layers()
     objective = ComeraObjective(target_ratio=0.5, loss_tolerance=tolerance)
     objective.bind(layers)
-    objective.enter_late(2.0)
+    objective.enter_late(2.0, validation_loss=2.0)
     gates = torch.cat([g for layer in layers for g in layer.gates])
     return objective, layers, gates.sum() / gates.numel()
 
@@ -45,6 +45,19 @@ def test_a_validation_worse_than_the_best_pauses_shrinking_until_it_recovers():
     assert guard.pressure(torch.tensor(1.0)) == 0.0
     assert "resumes" in guard.after_validation(1.91)
     assert guard.pressure(torch.tensor(1.0)) == 1.0
+
+
+def test_without_a_validation_before_the_switch_the_first_one_after_it_is_the_reference():
+    """A run that validates only later (a step-based switch early in a compress run) is not judged against its
+    training loss: a validation loss above it is the reference, not a reason to pause."""
+    guard = QualityGuard(tolerance=0.02)
+    assert guard.after_validation(9.0) is None and guard.best_validation is None  # before the switch: not watching
+    guard.start(None)
+    assert guard.after_validation(3.55) is None and not guard.paused and guard.best_validation == 3.55
+    assert "paused" in guard.after_validation(3.7)
+    restored = QualityGuard()
+    restored.load_state_dict(guard.state_dict())
+    assert restored.started and restored.paused
 
 
 def test_guard_state_round_trips_through_the_objective():
