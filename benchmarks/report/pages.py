@@ -57,6 +57,10 @@ PAGES = [
              Section("From scratch: byte Llama 48×4 at 4–16×", "frontier_llama48.json",
                      "benchmarks.quality.frontier:markdown"),
              Section("From scratch: BPE GPT-2 48×2", "frontier_gpt48.json", "benchmarks.quality.frontier:markdown"),
+             Section("From scratch: the late stage of a BPE Llama (width 64) at 4×, with and without the cut watch",
+                     ("late_stage_llama-64x4_watch.json", "late_stage_llama-64x4_before_watch.json"), f"{OURS}:curves",
+                     "`python -m benchmarks.quality --models llama:64:4 --systems comera --steps 1344`: two thirds early "
+                     "(the switch after the validation at step 840), then the budget's late stage."),
              Section("A trained Llama, width 64, compressed 2× and 4×", "compress_llama-64x4.json", f"{OURS}:compress_runs",
                      "`python -m benchmarks.quality.compress` at each `--ft-lr`; 268 extra steps (25 %). The guide: "
                      "[Compress a trained model](../COMPRESS.md)."),
@@ -126,6 +130,9 @@ PAGES = [
              Section("The paper's Transformer and the DLRM, exported", "inference.json", f"{OURS}:inference",
                      "One thread; `python -m benchmarks.inference.latency`."),
              Section("`export(prefer=...)`: size against speed", "export_prefer.json",
+                     "benchmarks.inference.export_prefer:markdown",
+                     "Before the DLRM's large tables served their misses through half tables."),
+             Section("The DLRM with half tables for the misses", "export_prefer_halves.json",
                      "benchmarks.inference.export_prefer:markdown"),
              Section("Embedding tables: lookups, DLRM steps and serving bytes", "embedding_speed.json",
                      f"{OURS}:stored_markdown"),

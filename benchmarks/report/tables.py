@@ -136,3 +136,17 @@ def pairs_by_seed(results: dict[str, dict[str, Any]]) -> str:
                      f"{_mean([r['by_compression'][c][system]['val_loss'] for r in seeds]):.3f}" for c in compressions]
             lines.append(f"| `{stem}` | {system} | {len(seeds)} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def curves(results: dict[str, dict[str, Any]]) -> str:
+    """Validation loss at each validation of one race system per file (``code`` names what ran), side by side."""
+    columns = {}
+    for source, result in results.items():
+        (model,) = result["models"].values()
+        (run,) = model["systems"].values()
+        columns[f"{run['model']} {run['system']}, {result.get('code', source)}"] = {p["step"]: p["val_loss"] for p in run["curve"]}
+    steps = sorted({step for curve in columns.values() for step in curve})
+    lines = ["| step | " + " | ".join(columns) + " |", "|---|" + "---|" * len(columns)]
+    lines += [f"| {step:,} | " + " | ".join(f"{curve[step]:.3f}" if step in curve else "–" for curve in columns.values()) + " |"
+              for step in steps]
+    return "\n".join(lines)

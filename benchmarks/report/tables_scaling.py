@@ -15,7 +15,11 @@ def rates(result: dict[str, Any]) -> str:
         rows = {name: (r["rows_per_s_median"], *r["rows_per_s_range"]) for name, r in result["systems"].items()}
     else:
         rows = {name: (r["median"], *r["range"]) for name, r in result["rows_per_s"].items()}
-    lines = ["| system | rows/s (median, range) |", "|---|---|"]
+    settings = [f"{result['rows']:,} rows ({result['file_mb']} MB)" if "rows" in result else None,
+                f"batch {result['batch']:,}" if "batch" in result else None,
+                f"batch {result['batch_per_rank']:,} per rank" if "batch_per_rank" in result else None,
+                f"{result['rounds']} rounds" if "rounds" in result else None]
+    lines = [", ".join(s for s in settings if s) + ".", "", "| system | rows/s (median, range) |", "|---|---|"]
     lines += [f"| `{name}` | {_rate(*row)} |" for name, row in rows.items()]
     ratios = result.get("ratios") or ({"pipeline_over_plain": result["pipeline_over_plain"]}
                                       if "pipeline_over_plain" in result else {})

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CITING = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 LINK = re.compile(r"\((?:\.\./)?(?:docs/)?results/(\w+)\.md(?:#[\w-]+)?\)")
 # A measured figure: a decimal or a number with thousands commas; not a percentage or a signed difference (derived).
-FIGURE = re.compile(r"(?<![\w.,+\-−])(?:\d[\d,]*\.\d+|\d{1,3}(?:,\d{3})+)(?!\d|,\d|\.\d|\s?%)")
+FIGURE = re.compile(r"(?<![\w.,+\-−±])(?:\d[\d,]*\.\d+|\d{1,3}(?:,\d{3})+)(?!\d|,\d|\.\d|\s?%)")
 
 
 def test_regenerating_changes_nothing(capsys):
