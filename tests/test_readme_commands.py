@@ -32,6 +32,9 @@ NOT_RUN = {
     "pip ": "installing from a wheel: tests/test_wheel_install.py",
     "comera-lightning fit --config transformer_tiny --threads 1": "run from the installed wheel in tests/test_wheel_install.py",
     "python -m comera_lightning.cli.demo\n": "run in full by make demo",
+    "--ckpt_path logs/transformer/": "needs a trained paper-Transformer checkpoint (hours); the README exports and "
+                                     "predicts with transformer_tiny's the same way",
+    "day_0.gz": "needs Criteo day files; tests/data/criteo/test_npy.py converts a synthetic day",
 }
 
 
@@ -60,15 +63,29 @@ def test_readme_and_results_hold_no_absolute_checkout_paths() -> None:
         assert str(ROOT) not in recorded and "/work/main" not in recorded, result.name
 
 
+#: Guides whose commands and first python example run like the README's (each on a clone of its own); a guide's
+#: command the README has too runs once, with the README's.
+GUIDES = ("README.md", "docs/index.md", "docs/COMPRESS.md", "docs/SCALING.md", "docs/USAGE.md", "docs/INFERENCE_EXPORT.md")
+#: Pages whose commands are records of what ran (history, measurement sessions), not instructions: not run here.
+RECORDS = ("docs/CHANGELOG.md", "docs/TUNING", "docs/INFERENCE_MEASURED.md", "docs/INFERENCE_EMBEDDINGS.md", "docs/results/")
+
+
+def _guide_commands() -> list[str]:
+    return [c for page in GUIDES for c in readme_commands((ROOT / page).read_text())]
+
+
 def test_not_run_and_short_match_readme_commands() -> None:
-    """Every ``NOT_RUN`` and ``SHORT`` key still names a README command: a stale key would hide nothing or shorten nothing."""
-    commands = readme_commands((ROOT / "README.md").read_text())
+    """Every ``NOT_RUN`` and ``SHORT`` key still names a guide's command: a stale key would hide nothing or shorten nothing."""
+    commands = _guide_commands()
     assert [key for key in NOT_RUN if not any(key in command + "\n" for command in commands)] == []
     assert [key for key in SHORT if not any(key in command for command in commands)] == []
 
 
-#: Guides whose commands and first python example run like the README's (each on a clone of its own).
-GUIDES = ("README.md", "docs/COMPRESS.md")
+def test_every_command_in_the_docs_is_a_guides_or_a_records():
+    """A ```bash command on any page of docs/ is run by a test here (a guide's) or is on a page of records."""
+    pages = [p for p in sorted((ROOT / "docs").rglob("*.md")) if not str(p.relative_to(ROOT)).startswith(RECORDS)]
+    unrun = {str(p.relative_to(ROOT)) for p in pages if readme_commands(p.read_text())} - set(GUIDES)
+    assert not unrun, f"pages with commands no test runs: {sorted(unrun)}: add them to GUIDES or RECORDS"
 
 
 @pytest.mark.slow
@@ -80,8 +97,9 @@ def test_every_readme_command_runs_on_a_fresh_clone(tmp_path: Path, page: str) -
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env.update(WANDB_MODE="offline", PYTHONPATH=str(clone), COMERA_CACHE_DIR=str(tmp_path / "cache"))
     failures, ran = [], 0
+    in_readme = set(readme_commands((ROOT / "README.md").read_text())) if page != "README.md" else set()
     for command in readme_commands((ROOT / page).read_text()):
-        if _not_run(command):
+        if _not_run(command) or command in in_readme:
             continue
         argv = shlex.split(command.replace(".venv/bin/", f"{sys.prefix}/bin/"))
         assignments = dict(a.split("=", 1) for a in argv if re.fullmatch(r"[A-Z_]+=\S*", a))
@@ -91,7 +109,7 @@ def test_every_readme_command_runs_on_a_fresh_clone(tmp_path: Path, page: str) -
         ran += 1
         if done.returncode != 0:
             failures.append(f"{command}\n{done.stderr[-1500:]}")
-    assert ran >= (5 if page == "README.md" else 2) and not failures, "\n\n".join(failures)
+    assert ran >= (5 if page == "README.md" else 0) and not failures, "\n\n".join(failures)
 
 
 @pytest.mark.slow
@@ -107,6 +125,20 @@ def test_readme_code_example_trains_compresses_and_prints_what_it_claims(tmp_pat
     assert before == quoted[1], "the README quotes the dense size the example prints"
     assert abs(float(loss) / float(quoted[0]) - 1) < 0.05, "the README's loss is what the example gives (within 5 %: CPU hosts differ)"
     assert int(after.replace(",", "")) < int(before.replace(",", "")) / 1.5
+
+
+@pytest.mark.slow
+def test_the_first_page_example_trains_compresses_and_exports(tmp_path) -> None:
+    """docs/index.md's ```python example, the newcomer's first run: it trains, compresses, exports and serves."""
+    text = (ROOT / "docs" / "index.md").read_text()
+    code = re.findall(r"```python\n(.*?)```", text, flags=re.S)[0]
+    env = {**os.environ, "WANDB_MODE": "disabled"}
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    before, after = re.search(r"parameters ([\d,]+) -> ([\d,]+)", done.stdout).groups()
+    assert f"({before} parameters before" in text, "the page quotes the dense size the example prints"
+    assert int(after.replace(",", "")) < int(before.replace(",", "")) / 1.5
+    assert "served logits (2, 64, 2048)" in done.stdout and (tmp_path / "my_model.pt2").stat().st_size > 0
 
 
 @pytest.mark.slow

@@ -144,7 +144,7 @@ class ComeraCallback(Callback):
         self.gate_optimizer.attach([g for layer in layers for g in layer.gates], trainer.optimizers,
                                    after_step=self.stage_objective.bank.latch_)
         self.gate_optimizer.follow_scaler(getattr(trainer.precision_plugin, "scaler", None))
-        self.gate_optimizer.freeze(self.schedule.stage != "early" and self.budget_config.late_objective == "budget")
+        self.events.hold_gates()
         self.core_steps.attach(layers, trainer.optimizers)
 
     @override

@@ -36,6 +36,11 @@ class StageEvents:
         self.rank0_reported: set[str] = set()  # layers already warned about
         self.held_at: list[int] = []  # steps at which the guard held the budget's shrinking
 
+    def hold_gates(self) -> None:
+        """Stop the gates' own steps after a budget's switch (the budget, not the gates' drift, decides what goes) and,
+        from trained weights, throughout (there they only measure importance: moving them perturbs the trained model)."""
+        self.gates.freeze(self.trained or (self.schedule.stage != "early" and self.objective.late == "budget"))
+
     def announce(self, trainer: pl.Trainer) -> None:
         """Fix the default stages from the Trainer's length; say how long they are, or why nothing will be compressed."""
         total = _run_length(trainer)[0] if self.trained and not self.schedule.lengths_given else None
@@ -68,7 +73,7 @@ class StageEvents:
             self.schedule.enter_late(epochs_done, trainer.global_step)
             budget = self.objective.late == "budget"
             self.schedule.plan_late(*_run_length(trainer), prunes=BUDGET_PRUNES if budget else None, shrink_share=BUDGET_SHRINK_SHARE)
-            self.gates.freeze(self.objective.late == "budget")  # the budget, not the gates' drift, decides what goes
+            self.hold_gates()
             rank_zero_info(f"ComeraCallback: late stage from step {trainer.global_step}: {self.objective.describe()}.")
         if event is not None:
             summary = self.prune(trainer, pl_module, PRUNE_REASONS[event])

@@ -156,6 +156,7 @@ def export_with_report(
 
     def plain() -> nn.Module:
         module, forms[:] = inference_copy(model, example_inputs, prefer, hot_rows)
+        _without_kv_cache(module)
         return module
 
     program = _trace(plain, example_inputs, dynamic_shapes)
@@ -169,6 +170,16 @@ def export_with_report(
     report = ExportReport(prefer, tuple(forms), stored, tensor_bytes(model.parameters()))
     log.info("%s", report)
     return program, report
+
+
+def _without_kv_cache(module: nn.Module) -> None:
+    """Turn off a Hugging Face model's KV cache in the copy being exported: ``past_key_values`` is an output
+    ``torch.export`` cannot return (a ``DynamicCache``), and a served forward does not need it."""
+    for sub in module.modules():
+        config = getattr(sub, "config", None)
+        if getattr(config, "use_cache", False):
+            config.use_cache = False
+            log.info("export: %s served without its KV cache (use_cache=False in the exported copy).", type(sub).__name__)
 
 
 def _trace(plain: Callable[[], nn.Module], example_inputs: tuple, dynamic_shapes: Any) -> torch.export.ExportedProgram:

@@ -138,3 +138,19 @@ def test_unknown_choices_are_refused_naming_the_valid_ones(options, message):
     model = nn.Sequential(TTLinear(16, 16, max_rank=4))
     with pytest.raises(ValueError, match=message):
         export(model, (torch.randn(2, 16),), **options)
+
+
+def test_a_hugging_face_model_with_its_kv_cache_on_exports_and_keeps_its_config():
+    """``use_cache=True`` (transformers' default) makes a forward return a ``DynamicCache``, which torch.export cannot
+    return: the exported copy serves without it, the user's model keeps it."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=1,
+                                      num_attention_heads=2, max_position_embeddings=32)
+    model = transformers.LlamaForCausalLM(config)
+    tensorize(model, max_rank=8, min_compression=0.0)
+    ids = torch.randint(0, 256, (2, 16), generator=torch.Generator().manual_seed(0))
+    program = export(model, (ids,))
+    assert model.config.use_cache, "the user's model is not changed"
+    with torch.no_grad():
+        torch.testing.assert_close(program.module()(ids).logits, model.eval()(ids).logits, rtol=1e-4, atol=1e-5)
