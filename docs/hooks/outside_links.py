@@ -1,7 +1,7 @@
 """MkDocs hook (mkdocs.yml, ``hooks:``): the pages' links out of docs/ work on the site as they do on GitHub.
 
 * ``../README.md`` (the repository's front page) leads to the site's front page, ``index.md``, whose headings
-  carry the README anchors the pages link to (``#install``, ``#in-code``, ``#results``).
+  carry the README anchors the pages link to (``#install``, ``#results``).
 * Any other file of the checkout that a page links to out of docs/ (a results PNG) is copied into the site
   under ``repo/``, and MkDocs resolves the link to the copy.
 
