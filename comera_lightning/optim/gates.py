@@ -118,10 +118,22 @@ class GateOptimizer:
             torch._foreach_abs_(sensitivity)
         if not self.frozen:
             self.optimizer.step()
+        elif any(not self.optimizer.state[g] for g in held):
+            self._start_state()
         self._track(held, sensitivity)
         self.zero_grad()
         if not self.frozen and self.after_step is not None:
             self.after_step()
+
+    def _start_state(self) -> None:
+        """Frozen before Adam ever stepped (gates held from the start): one step at lr 0 sets its state up, which the
+        importance lives in, without moving a gate."""
+        lrs = [group["lr"] for group in self.optimizer.param_groups]
+        for group in self.optimizer.param_groups:
+            group["lr"] = 0.0
+        self.optimizer.step()
+        for group, lr in zip(self.optimizer.param_groups, lrs):
+            group["lr"] = lr
 
     def freeze(self, frozen: bool = True) -> None:
         """Stop (or resume) moving the gates; their importance is still tracked (a budget decides which ranks go)."""
