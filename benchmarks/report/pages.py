@@ -64,6 +64,8 @@ PAGES = [
              Section("A trained Llama, width 64, compressed 2× and 4×", "compress_llama-64x4.json", f"{OURS}:compress_runs",
                      "`python -m benchmarks.quality.compress` at each `--ft-lr`; 268 extra steps (25 %). The guide: "
                      "[Compress a trained model](../COMPRESS.md)."),
+             Section("The same, seed 1 (its own dense model), at LR 3e-3", "compress_llama-64x4_seed1.json",
+                     f"{OURS}:compress_runs"),
              Section("A trained sentence-pair classifier compressed 8× and 32×", PAIRS, f"{OURS}:pairs_by_seed",
                      "`python -m benchmarks.quality.compress_pairs`, 25 % extra steps; the mean of seeds 0 and 1. "
                      "`compress_pairs` ran the first trained-model schedule (5 % early, the cuts over the next 10 %), "
