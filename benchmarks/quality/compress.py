@@ -9,6 +9,10 @@ A causal LM (``ModelSpec``, default a Llama of width 64 and 4 blocks on the code
 * ``svd``: every layer CoMERA tensorized replaced by its truncated SVD as plain factors at the rank CoMERA ended with
   (the same parameters per layer), not trained;
 * ``svd_ft``: the same, fine-tuned the same extra steps (the plain path: SVD + fine-tuning);
+* ``asvd_ft``: the same with activation-aware SVD (each input feature weighted by its mean |activation|^0.5 on 8
+  training batches, ASVD), fine-tuned;
+* ``prune_ft``: ``torch.nn.utils.prune`` global magnitude pruning of the same layers' weights to the weights CoMERA
+  kept (nonzeros; unstructured), fine-tuned with the masks;
 * ``dense_ft``: the dense model trained the same extra steps (what compression costs);
 * ``small``: a dense model of CoMERA's final size (narrower) trained from scratch for all the steps.
 
@@ -32,7 +36,8 @@ from benchmarks.quality.runs import fit, print_result
 from benchmarks.quality.settings import RaceSettings, _options
 from benchmarks.quality.weights_cache import add_run_arguments, apply_check, load_or_train
 
-SYSTEMS = ("comera", "svd", "svd_ft", "dense_ft", "small")
+SYSTEMS = ("comera", "svd", "svd_ft", "asvd_ft", "prune_ft", "dense_ft", "small")
+CALIBRATION_BATCHES = 8
 CHECK = {"model": "llama:32:1", "train_steps": 16, "epochs": 2, "batch_size": 4, "block_size": 32, "vocab_size": 300,
          "max_bytes": 300_000, "val_batches": 2, "ft_epochs": 2}
 
@@ -116,6 +121,7 @@ def compress_at(args: argparse.Namespace, spec: ModelSpec, data: Any, state: dic
     if "svd_ft" in systems:
         results["svd_ft"], _ = fit("svd_ft", spec, settings, data, lr=args.ft_lr, steps=extra,
                                    start_from=copy.deepcopy(state), svd_ranks=ranks)
+    results.update(plain_baselines(args, spec, data, state, ranks, systems, settings, extra))
     if "small" in systems:
         width = narrow_width(spec, comera["parameters"], data.vocab_size, args.block_size, 8)
         results["small"], _ = fit("small", spec.with_width(width), settings_for(args, total_steps, args.epochs, args.lr),
@@ -127,6 +133,29 @@ def compress_at(args: argparse.Namespace, spec: ModelSpec, data: Any, state: dic
         else:
             print(f"{spec.label()} {name:10s} val loss {result['final_val_loss']:.4f} params {result['parameters']:,}",
                   file=sys.stderr, flush=True)
+    return results
+
+
+def plain_baselines(args: argparse.Namespace, spec: ModelSpec, data: Any, state: dict[str, Any], ranks: dict[str, int],
+                    systems: list[str], settings: RaceSettings, extra: int) -> dict[str, dict[str, Any]]:
+    """ASVD + fine-tuning and magnitude pruning + fine-tuning at CoMERA's sizes, those of ``systems`` asked."""
+    import itertools
+
+    from benchmarks.quality.baselines import activation_scales, asvd_factors_, kept_weights, magnitude_prune_, nonzero_parameters
+    from benchmarks.quality.lm import CausalLM
+
+    dense = CausalLM(spec, data.vocab_size, args.block_size, start_from=copy.deepcopy(state))
+    dense.configure_model()
+    results: dict[str, dict[str, Any]] = {}
+    if "asvd_ft" in systems:
+        scales = activation_scales(dense.model.eval(), ranks, itertools.islice(data.train_dataloader(), CALIBRATION_BATCHES))
+        results["asvd_ft"], _ = fit("asvd_ft", spec, settings, data, lr=args.ft_lr, steps=extra, start_from=copy.deepcopy(state),
+                                    transform=lambda model: asvd_factors_(model, ranks, scales))
+    if "prune_ft" in systems:
+        keep = kept_weights(ranks, dense.model)
+        results["prune_ft"], module = fit("prune_ft", spec, settings, data, lr=args.ft_lr, steps=extra,
+                                          start_from=copy.deepcopy(state), transform=lambda model: magnitude_prune_(model, ranks, keep))
+        results["prune_ft"]["parameters"] = nonzero_parameters(module)  # the pruned weights by their nonzeros
     return results
 
 

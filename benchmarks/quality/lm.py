@@ -45,19 +45,19 @@ class CausalLM(L.LightningModule):
 
     ``low_rank``: ``(layer names, parameter budget)`` to replace those layers by a plain ``U·V``
     (the rank is chosen to fit the budget); ``start_from``: the model's trained weights; ``svd_ranks``: layers
-    replaced by their truncated SVD as plain factors of these ranks; ``galore``: GaLore options (``rank``, ``update_proj_gap``, ...)
+    replaced by their truncated SVD as plain factors of these ranks; ``transform``: a function applied to the model then; ``galore``: GaLore options (``rank``, ``update_proj_gap``, ...)
     for the 2-D weights of the blocks' linear maps.
     """
 
     def __init__(self, spec: ModelSpec, vocab_size: int, block_size: int, lr: float = 1e-3, weight_decay: float = 0.0,
                  warmup: float = 0.05, min_lr: float = 0.0, low_rank: tuple[list[str], int] | None = None,
                  galore: dict[str, Any] | None = None, measure_step: int = 1, start_from: dict[str, Any] | None = None,
-                 svd_ranks: dict[str, int] | None = None) -> None:
+                 svd_ranks: dict[str, int] | None = None, transform: Any = None) -> None:
         super().__init__()
         self.spec, self.vocab_size, self.block_size = spec, vocab_size, block_size
         self.lr, self.weight_decay, self.warmup, self.min_lr = lr, weight_decay, warmup, min_lr
         self.low_rank_layers, self.galore = low_rank, galore
-        self.start_from, self.svd_ranks = start_from, svd_ranks
+        self.start_from, self.svd_ranks, self.transform = start_from, svd_ranks, transform
         self.measure_step = measure_step
         self.model: torch.nn.Module | None = None
         self.rank: int | None = None  # the low-rank baseline's rank
@@ -72,6 +72,8 @@ class CausalLM(L.LightningModule):
             self.model.load_state_dict(self.start_from)
         if self.svd_ranks is not None:
             svd_factors_(self.model, self.svd_ranks)
+        if self.transform is not None:  # a baseline's own compression of the trained model (benchmarks/quality/baselines.py)
+            self.transform(self.model)
         if self.low_rank_layers is not None:
             names, budget = self.low_rank_layers
             self.rank = low_rank_(self.model, names, budget)

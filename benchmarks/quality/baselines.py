@@ -1,0 +1,87 @@
+"""Plain compression baselines a user might write instead of CoMERA (``benchmarks/quality/compress.py``, issue #52).
+
+* ``activation_scales`` + ``asvd_factors_``: activation-aware SVD (ASVD, Yuan et al. 2023): each linear layer's input
+  features weighted by their mean |activation|^α on calibration batches before the truncated SVD, so the directions
+  the data uses are kept; token tables (no activations in) take the plain SVD.
+* ``magnitude_prune_``: ``torch.nn.utils.prune`` global magnitude pruning of the same layers' weights down to a count
+  of nonzeros (unstructured: it saves parameters only where sparse storage is used).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+from torch import nn
+
+from benchmarks.quality.models import _shape, svd_factors_
+
+#: ASVD's exponent of the mean absolute activation (their default).
+ASVD_ALPHA = 0.5
+
+
+@torch.no_grad()
+def activation_scales(model: nn.Module, names: Iterable[str], batches: Iterable[dict[str, torch.Tensor]],
+                      alpha: float = ASVD_ALPHA) -> dict[str, torch.Tensor]:
+    """Per input feature of each named linear-like layer: (mean |x|)^α over the batches' forwards."""
+    sums: dict[str, torch.Tensor] = {}
+    counts: dict[str, int] = {}
+
+    def hook(name: str):
+        def record(module: nn.Module, args: tuple) -> None:
+            x = args[0].detach().float().flatten(0, -2).abs()
+            sums[name] = sums.get(name, 0) + x.sum(0)
+            counts[name] = counts.get(name, 0) + x.shape[0]
+        return record
+
+    handles = [model.get_submodule(n).register_forward_pre_hook(hook(n)) for n in names
+               if not isinstance(model.get_submodule(n), nn.Embedding)]
+    try:
+        for batch in batches:
+            model(**batch)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return {n: (sums[n] / counts[n]).clamp_min(1e-6) ** alpha for n in sums}
+
+
+@torch.no_grad()
+def asvd_factors_(model: nn.Module, ranks: dict[str, int], scales: dict[str, torch.Tensor]) -> None:
+    """``svd_factors_`` with each linear layer's SVD taken of ``diag(scale) · W`` and the scale undone on the input
+    factor: the rank-r product closest to W where the inputs are large."""
+    for name, scale in scales.items():
+        layer = model.get_submodule(name)
+        weight = layer.weight if type(layer).__name__ == "Conv1D" else layer.weight.T  # (in, out)
+        layer.weight.copy_(_as_layer(layer, scale[:, None] * weight))
+    svd_factors_(model, ranks)
+    for name, scale in scales.items():
+        model.get_submodule(name).u.div_(scale[:, None].to(model.get_submodule(name).u))
+
+
+def _as_layer(layer: nn.Module, weight_in_out: torch.Tensor) -> torch.Tensor:
+    return weight_in_out if type(layer).__name__ == "Conv1D" else weight_in_out.T
+
+
+def magnitude_prune_(model: nn.Module, names: Iterable[str], keep: int) -> None:
+    """Global magnitude pruning of the named layers' weights to ``keep`` nonzeros (masks kept while fine-tuning)."""
+    import torch.nn.utils.prune as prune
+
+    targets = [(model.get_submodule(n), "weight") for n in names]
+    total = sum(module.weight.numel() for module, _ in targets)
+    prune.global_unstructured(targets, pruning_method=prune.L1Unstructured, amount=max(0, total - keep))
+
+
+def kept_weights(ranks: dict[str, int], model: nn.Module) -> int:
+    """The weights CoMERA's layers hold at ``ranks`` (factors of those ranks), biases not counted."""
+    return sum(min(rank * (rows + cols), rows * cols)
+               for name, rank in ranks.items() for rows, cols, _ in [_shape(model.get_submodule(name))])
+
+
+def nonzero_parameters(model: nn.Module) -> int:
+    """Parameters counting a pruned weight by its nonzeros (``weight_orig`` under its mask)."""
+    counted = 0
+    for module in model.modules():
+        for name, param in module.named_parameters(recurse=False):
+            mask = getattr(module, name.removesuffix("_orig") + "_mask", None) if name.endswith("_orig") else None
+            counted += int(mask.sum()) if mask is not None else param.numel()
+    return counted

@@ -1,0 +1,45 @@
+"""benchmarks/quality/baselines: activation-aware SVD and magnitude pruning, on plain layers."""
+
+import torch
+from torch import nn
+
+from benchmarks.quality.baselines import activation_scales, asvd_factors_, kept_weights, magnitude_prune_, nonzero_parameters
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.first, self.second = nn.Linear(16, 32), nn.Linear(32, 8)
+
+    def forward(self, x):
+        return self.second(torch.relu(self.first(x)))
+
+
+def test_asvd_at_full_rank_is_exact_and_at_low_rank_favours_the_inputs_the_data_uses():
+    torch.manual_seed(0)
+    net = Net()
+    x = torch.randn(64, 16) * torch.cat([torch.full((4,), 10.0), torch.full((12,), 0.1)])  # 4 inputs carry the data
+    scales = activation_scales(net, ["first"], [{"x": x}])
+    assert scales["first"][:4].min() > 5 * scales["first"][4:].max()
+    exact = Net()
+    exact.load_state_dict(net.state_dict())
+    asvd_factors_(exact, {"first": 16}, scales)
+    torch.testing.assert_close(exact.first(x), net.first(x), rtol=1e-4, atol=1e-4)
+    plain, aware = Net(), Net()
+    plain.load_state_dict(net.state_dict()), aware.load_state_dict(net.state_dict())
+    from benchmarks.quality.models import svd_factors_
+    svd_factors_(plain, {"first": 4})
+    asvd_factors_(aware, {"first": 4}, scales)
+    target = net.first(x)
+    assert (aware.first(x) - target).norm() < 0.5 * (plain.first(x) - target).norm()
+
+
+def test_magnitude_pruning_keeps_the_weights_asked_for():
+    torch.manual_seed(0)
+    net = Net()
+    keep = kept_weights({"first": 2, "second": 2}, net)
+    assert keep == 2 * (16 + 32) + 2 * (32 + 8)
+    magnitude_prune_(net, ["first", "second"], keep)
+    biases = 32 + 8
+    assert nonzero_parameters(net) == keep + biases
+    assert int((net.first.weight != 0).sum() + (net.second.weight != 0).sum()) == keep
