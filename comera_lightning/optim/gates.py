@@ -126,8 +126,8 @@ class GateOptimizer:
             self.after_step()
 
     def _start_state(self) -> None:
-        """Frozen before Adam ever stepped (gates held from the start): one step at lr 0 sets its state up, which the
-        importance lives in, without moving a gate."""
+        """Frozen before Adam ever stepped (``freeze`` promises the importance is still tracked): one step at lr 0 sets
+        its state up, which the importance lives in, without moving a gate."""
         lrs = [group["lr"] for group in self.optimizer.param_groups]
         for group in self.optimizer.param_groups:
             group["lr"] = 0.0

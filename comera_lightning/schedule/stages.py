@@ -98,7 +98,7 @@ class StageSchedule:
 
     def resolve_trained(self, total_steps: float, early_share: float, late_share: float, max_epochs: int | None = None) -> str:
         """A model compressed from trained weights: the early stage the first ``early_share`` of the run's
-        ``total_steps`` (the gates, held at 1, measure what matters), the late stage the next ``late_share`` (the cuts); then the
+        ``total_steps`` (the gates learn what matters), the late stage the next ``late_share`` (the cuts); then the
         rest of the run trains at the size reached. Returns what was fixed, in words."""
         self.early_steps_resolved = max(1, round(early_share * total_steps))
         self.late_steps = max(2, round(late_share * total_steps))
@@ -106,8 +106,7 @@ class StageSchedule:
         self.max_epochs = max_epochs if max_epochs is not None and max_epochs > 0 else None
         rest = max(0, round(total_steps) - self.early_steps_resolved - self.late_steps)
         return (f"from trained weights (init='svd'): early stage = {self.early_steps_resolved} of {round(total_steps)} steps, "
-                f"then a late stage of {self.late_steps} (the cuts in its first half), then {rest} steps at the size reached; the gates "
-                "stay at 1 and measure which ranks matter.")
+                f"then a late stage of {self.late_steps} (the cuts in its first half), then {rest} steps at the size reached.")
 
     def after_batch(self, step: int) -> str | None:
         """The step-based event due after global step ``step``, if any."""

@@ -26,9 +26,6 @@ def test_a_trained_model_is_cut_early_then_fine_tuned_at_the_size_asked(tmp_path
     assert cb.schedule.last_prune_step <= 8 + 32 <= run.global_step
     size = sum(core.numel() for _, layer in tt_layers(model) for core in layer.cores)
     assert abs(size / cb.size_target - 1) <= 0.1
-    # the gates only measured importance: held at 1 (a moved gate perturbs the trained model; on a trained Llama,
-    # gates moved by their own Adam cost 0.005-0.015 of validation loss at 2x and 4x, docs/COMPRESS.md)
-    assert all(bool((gate == 1).all()) for _, layer in tt_layers(model) for gate in layer.gates)
 
 
 def test_stage_lengths_given_win_over_the_trained_schedule(tmp_path, caplog):

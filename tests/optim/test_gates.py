@@ -54,8 +54,8 @@ def test_gates_follow_skipped_and_accumulated_steps_of_the_host():
 
 
 def test_gates_frozen_from_the_start_stay_put_and_their_importance_is_tracked():
-    """Gates held from the first step (a trained model's): no gate moves, yet each has its smoothed |g · ∂L/∂g|,
-    which a budget's cuts rank by (without it, the cuts chose blindly: a trained Llama's loss went 3.2 -> 5.2)."""
+    """Gates frozen before their first step: no gate moves, yet each has its smoothed |g · ∂L/∂g|, which a budget's
+    cuts rank by (without it they chose blindly: a trained Llama held so went 3.2 -> 5.2)."""
     model, gates = tensorized()
     user = torch.optim.AdamW(model.parameters(), lr=1e-3)
     gate_opt = GateOptimizer(lr=0.05)
