@@ -58,6 +58,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.add_argument(f"--{name.replace('_', '-')}", type=int, default=default)
     parser.add_argument("--comera", nargs="*", default=[], help="ComeraCallback / BudgetConfig options, key=value")
     parser.add_argument("--tensorize", nargs="*", default=[], help="TensorizeConfig fields, key=value")
+    parser.add_argument("--served", action="store_true",
+                        help="export every trained system and the dense model: file bytes, batch-1 and batch-32 ms")
     add_run_arguments(parser, "compress_<model>.json", "a tiny model and a few steps: the pipeline runs")
     args = parser.parse_args(argv)
     apply_check(args, CHECK, "compress")
@@ -113,15 +115,21 @@ def compress_at(args: argparse.Namespace, spec: ModelSpec, data: Any, state: dic
     comera, module = fit("comera", spec, settings, data, lr=args.ft_lr, steps=extra, start_from=copy.deepcopy(state))
     ranks = svd_ranks_of(module.model)
     results["comera"] = {**comera, "ranks": ranks}
+    modules = {"comera": module}
     if "svd" in systems:
         plain = CausalLM(spec, data.vocab_size, args.block_size, start_from=copy.deepcopy(state), svd_ranks=ranks)
         plain.configure_model()
         results["svd"] = {"system": "svd", "final_val_loss": round(validate(plain, data, settings), 4),
                           "parameters": sum(p.numel() for p in plain.parameters())}
     if "svd_ft" in systems:
-        results["svd_ft"], _ = fit("svd_ft", spec, settings, data, lr=args.ft_lr, steps=extra,
-                                   start_from=copy.deepcopy(state), svd_ranks=ranks)
-    results.update(plain_baselines(args, spec, data, state, ranks, systems, settings, extra))
+        results["svd_ft"], modules["svd_ft"] = fit("svd_ft", spec, settings, data, lr=args.ft_lr, steps=extra,
+                                                   start_from=copy.deepcopy(state), svd_ranks=ranks)
+    results.update(plain_baselines(args, spec, data, state, ranks, systems, settings, extra, modules))
+    if args.served:  # after every fit: the timings run with nothing else in the process
+        from benchmarks.quality.served import served
+
+        for name, trained in modules.items():
+            results[name]["served"] = served(trained.model, args.block_size, data.vocab_size)
     if "small" in systems:
         width = narrow_width(spec, comera["parameters"], data.vocab_size, args.block_size, 8)
         results["small"], _ = fit("small", spec.with_width(width), settings_for(args, total_steps, args.epochs, args.lr),
@@ -137,8 +145,9 @@ def compress_at(args: argparse.Namespace, spec: ModelSpec, data: Any, state: dic
 
 
 def plain_baselines(args: argparse.Namespace, spec: ModelSpec, data: Any, state: dict[str, Any], ranks: dict[str, int],
-                    systems: list[str], settings: RaceSettings, extra: int) -> dict[str, dict[str, Any]]:
-    """ASVD + fine-tuning and magnitude pruning + fine-tuning at CoMERA's sizes, those of ``systems`` asked."""
+                    systems: list[str], settings: RaceSettings, extra: int, modules: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """ASVD + fine-tuning and magnitude pruning + fine-tuning at CoMERA's sizes, those of ``systems`` asked (their
+    trained modules added to ``modules``)."""
     import itertools
 
     from benchmarks.quality.baselines import activation_scales, asvd_factors_, kept_weights, magnitude_prune_, nonzero_parameters
@@ -149,13 +158,13 @@ def plain_baselines(args: argparse.Namespace, spec: ModelSpec, data: Any, state:
     results: dict[str, dict[str, Any]] = {}
     if "asvd_ft" in systems:
         scales = activation_scales(dense.model.eval(), ranks, itertools.islice(data.train_dataloader(), CALIBRATION_BATCHES))
-        results["asvd_ft"], _ = fit("asvd_ft", spec, settings, data, lr=args.ft_lr, steps=extra, start_from=copy.deepcopy(state),
+        results["asvd_ft"], modules["asvd_ft"] = fit("asvd_ft", spec, settings, data, lr=args.ft_lr, steps=extra, start_from=copy.deepcopy(state),
                                     transform=lambda model: asvd_factors_(model, ranks, scales))
     if "prune_ft" in systems:
         keep = kept_weights(ranks, dense.model)
-        results["prune_ft"], module = fit("prune_ft", spec, settings, data, lr=args.ft_lr, steps=extra,
-                                          start_from=copy.deepcopy(state), transform=lambda model: magnitude_prune_(model, ranks, keep))
-        results["prune_ft"]["parameters"] = nonzero_parameters(module)  # the pruned weights by their nonzeros
+        results["prune_ft"], modules["prune_ft"] = fit("prune_ft", spec, settings, data, lr=args.ft_lr, steps=extra,
+                                                       start_from=copy.deepcopy(state), transform=lambda model: magnitude_prune_(model, ranks, keep))
+        results["prune_ft"]["parameters"] = nonzero_parameters(modules["prune_ft"])  # the pruned weights by their nonzeros
     return results
 
 
@@ -171,6 +180,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     out: dict[str, Any] = {"benchmark": "compress", "machine": machine_basics(), "date": datetime.date.today().isoformat(),
                            "args": {k: v for k, v in vars(args).items() if k not in ("cache", "out")},
                            "dense": dense, "by_compression": {}}
+    if args.served:
+        from benchmarks.quality.lm import CausalLM
+        from benchmarks.quality.served import served
+
+        trained = CausalLM(spec, data.vocab_size, args.block_size, start_from=copy.deepcopy(state))
+        trained.configure_model()
+        out["dense"]["served"] = served(trained.model, args.block_size, data.vocab_size)
     if "dense_ft" in systems:
         settings = settings_for(args, extra, args.ft_epochs, args.ft_lr)
         out["dense_ft"], _ = fit("dense_ft", spec, settings, data, lr=args.ft_lr, steps=settings.steps,

@@ -80,6 +80,24 @@ def _best_marked(values: dict[float, float]) -> dict[float, str]:
     return {lr: (f"**{v:.3f}**" if v == best else f"{v:.3f}") for lr, v in values.items()}
 
 
+def _served_rows(result: dict[str, Any]) -> list[str]:
+    """The exported programs of the runs that were served (``--served``): file MB, batch-1 and batch-32 ms."""
+    runs = [r for r in result["runs"] if "served" in r]
+    if not runs:
+        return []
+    dense = result["dense"].get("served")
+    lines = ["", "**Served**: each exported program loaded back and timed on CPU in one process "
+             "(median ms per call; × is dense's time over the system's)", "",
+             "| system | compression | LR | file MB | batch-1 ms | batch-32 ms |", "|---|---|---|---|---|---|"]
+    if dense:
+        lines.append(f"| dense | – | – | {dense['file_bytes'] / MB:.2f} | {dense['ms_batch1']:.2f} | {dense['ms_batch32']:.2f} |")
+    for r in runs:
+        cells = [f"{r['served'][k]:.2f}" + (f" ({dense[k] / r['served'][k]:.2f}×)" if dense else "") for k in ("ms_batch1", "ms_batch32")]
+        lines.append(f"| {r['system']} | {r['compression']:g}× | {r['ft_lr']:g} | {r['served']['file_bytes'] / MB:.2f} | "
+                     + " | ".join(cells) + " |")
+    return lines
+
+
 def compress_runs(result: dict[str, Any]) -> str:
     """A trained model compressed: final validation loss per system and fine-tuning LR, per compression; each
     system's best LR in bold (``runs`` of ``benchmarks.quality.compress``, gathered into one file)."""
@@ -103,6 +121,7 @@ def compress_runs(result: dict[str, Any]) -> str:
             cells = _best_marked({lr: r["val_loss"] for lr, r in runs.items()})
             params = min(r["parameters"] for r in runs.values())
             lines.append(f"| {system} | {params:,} | " + " | ".join(cells.get(lr, "–") for lr in lrs) + " |")
+    lines += _served_rows(result)
     lines += ["", "Systems:"] + [f"* `{name}`: {what}" for name, what in result["systems"].items()]
     note = result.get("note")
     return "\n".join(lines) + (f"\n\n{note}." if note else "")

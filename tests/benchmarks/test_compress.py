@@ -16,7 +16,10 @@ def test_every_system_starts_from_the_trained_weights_and_the_plain_path_gets_co
     assert abs(runs["svd"]["parameters"] / runs["comera"]["parameters"] - 1) < 0.05, "the same size as CoMERA's end"
     assert runs["comera"]["ranks"] and runs["small"]["width"] < 32
     assert len(list(cache.glob("*.pt"))) == 1
-    again = compress.main(["--check", "--compressions", "4", "--systems", "comera", "--cache", str(cache),
+    again = compress.main(["--check", "--compressions", "4", "--systems", "comera,prune_ft", "--served", "--cache", str(cache),
                            "--out", str(tmp_path / "again.json")])
-    assert again["dense"] == result["dense"], "the dense training comes from the cache"
+    assert {k: v for k, v in again["dense"].items() if k != "served"} == result["dense"], "the dense training comes from the cache"
+    served = {name: run["served"] for name, run in again["by_compression"]["4"].items()}
+    assert set(served) == {"comera", "prune_ft"} and again["dense"]["served"]["ms_batch32"] > 0
+    assert served["comera"]["file_bytes"] < again["dense"]["served"]["file_bytes"] <= served["prune_ft"]["file_bytes"] * 1.01
     assert "| 4x |" in compress.table(again)
