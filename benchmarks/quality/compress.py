@@ -18,6 +18,7 @@ A causal LM (``ModelSpec``, default a Llama of width 64 and 4 blocks on the code
 
     python -m benchmarks.quality.compress --compressions 2,4 --out benchmarks/results/compress_llama64.json
     python -m benchmarks.quality.compress --check     # a tiny model, a few steps: the pipeline runs
+    python -m benchmarks.quality.compress --served    # also each model exported: file bytes, batch-1/32 ms (served.py)
 
 The trained dense weights are cached (``--cache``) so that several compress runs share one training.
 """

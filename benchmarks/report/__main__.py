@@ -25,12 +25,11 @@ def render_page(page: Page) -> str:
     """The page's markdown: title, question, then per section its provenance line, note and table."""
     lines = [BANNER, "", f"# {page.title}", "", page.question, ""]
     for section in page.sections:
-        sources = [section.source] if isinstance(section.source, str) else list(section.source)
-        results = [json.loads((RESULTS / source).read_text()) for source in sources]
-        lines += [f"## {section.heading}", "", heading_line(results, [f"benchmarks/results/{s}" for s in sources]), ""]
+        results = [json.loads((RESULTS / source).read_text()) for source in section.sources]
+        lines += [f"## {section.heading}", "", heading_line(results, [f"benchmarks/results/{s}" for s in section.sources]), ""]
         if section.text:
             lines += [section.text, ""]
-        table = _renderer(section.render)(results[0] if isinstance(section.source, str) else dict(zip(sources, results)))
+        table = _renderer(section.render)(results[0] if isinstance(section.source, str) else dict(zip(section.sources, results)))
         lines += [table.strip(), ""]
     return "\n".join(lines)
 

@@ -15,6 +15,11 @@ class Section:
     render: str
     text: str = ""
 
+    @property
+    def sources(self) -> list[str]:
+        """The section's files, one or several."""
+        return [self.source] if isinstance(self.source, str) else list(self.source)
+
 
 @dataclass(frozen=True)
 class Page:

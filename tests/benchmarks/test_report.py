@@ -34,7 +34,7 @@ def test_check_names_a_stale_page(tmp_path, capsys):
 @pytest.mark.parametrize("page", PAGES, ids=lambda page: page.name)
 def test_every_table_names_its_host_device_and_date(page):
     for section in page.sections:
-        for source in [section.source] if isinstance(section.source, str) else section.source:
+        for source in section.sources:
             result = json.loads((report.RESULTS / source).read_text())
             assert date_of(result) != "not recorded", f"{source}: add a 'date' to the JSON"
             assert host_of(result) and device_of(result)
