@@ -11,6 +11,8 @@ process, same data and seed:
 * ``svd``: every layer CoMERA tensorized replaced by its truncated SVD as plain factors at the rank CoMERA ended with
   (the same parameters per layer), not trained;
 * ``svd_ft``: the same, fine-tuned the extra steps (the plain path: SVD + fine-tuning);
+* ``prune_ft``: ``torch.nn.utils.prune`` global magnitude pruning of the same layers to the weights CoMERA kept
+  (parameters counted as nonzeros), fine-tuned the extra steps with the masks;
 * ``fixed``: CoMERA at fixed ranks of the size asked (``adapt=False``, ``init="svd"``), fine-tuned the extra steps;
 * ``small``: a dense model of CoMERA's final size (narrower, ``narrow_d_model``) trained from scratch for all the steps;
 * ``dense_ft`` (once): the dense model trained the extra steps (what compression costs).
@@ -36,12 +38,12 @@ import lightning as L
 import torch
 
 from benchmarks.probes import RESULTS, machine_basics, without_out, write_result
+from benchmarks.quality.baselines import kept_weights, magnitude_prune_, nonzero_parameters
 from benchmarks.quality.models import svd_factors_, svd_ranks_of
 from benchmarks.quality.pairs_frontier import (
     DATA,
     MODEL,
     _model,
-    _parameters,
     narrow_d_model,
 )
 from benchmarks.quality.settings import _options, systems_of
@@ -50,8 +52,8 @@ from comera_lightning import BudgetConfig, ComeraCallback, TensorizeConfig
 from comera_lightning.data.pairs import SentencePairDataModule
 from comera_lightning.models.transformer import SentencePairClassifier
 
-SYSTEMS = ("comera", "svd", "svd_ft", "fixed", "small", "dense_ft")
-NEEDS = {"svd": ("comera",), "svd_ft": ("comera",), "small": ("comera",)}
+SYSTEMS = ("comera", "svd", "svd_ft", "prune_ft", "fixed", "small", "dense_ft")
+NEEDS = {"svd": ("comera",), "svd_ft": ("comera",), "prune_ft": ("comera",), "small": ("comera",)}
 CHECK = {"epochs": 2, "limit_batches": 4, "compressions": "8"}
 
 
@@ -78,15 +80,18 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
 
 def fit(system: str, data: SentencePairDataModule, args: argparse.Namespace, steps: int, *,
         state: dict[str, Any] | None = None, ranks: dict[str, int] | None = None, budget: BudgetConfig | None = None,
-        d_model: int = MODEL["d_model"]) -> tuple[dict[str, Any], SentencePairClassifier]:
-    """One system: a fresh model (``state`` loaded, then ``ranks`` as SVD factors), trained ``steps`` (0: not trained,
-    only evaluated), with CoMERA when ``budget`` is given; its validation loss and test accuracy, and the model."""
+        d_model: int = MODEL["d_model"], transform: Any = None) -> tuple[dict[str, Any], SentencePairClassifier]:
+    """One system: a fresh model (``state`` loaded, then ``ranks`` as SVD factors, then ``transform``), trained
+    ``steps`` (0: not trained, only evaluated), with CoMERA when ``budget`` is given; its validation loss and test
+    accuracy, and the model."""
     L.seed_everything(args.seed, verbose=False)
     model = _model(data, d_model)
     if state is not None:
         model.load_state_dict(copy.deepcopy(state))
     if ranks:
         svd_factors_(model, ranks)
+    if transform is not None:
+        transform(model)
     options = _options(args.callback)
     callbacks = [ComeraCallback(tensorize=TensorizeConfig(init="svd"), budget=budget, **options)] if budget is not None else []
     limit = args.limit_batches
@@ -99,7 +104,7 @@ def fit(system: str, data: SentencePairDataModule, args: argparse.Namespace, ste
     seconds = time.perf_counter() - started
     validation = float(trainer.validate(model, datamodule=data, verbose=False)[0]["val/loss"])
     tested = float(trainer.test(model, datamodule=data, verbose=False)[0]["test/acc"])
-    result = {"system": system, "d_model": d_model, "parameters": _parameters(model), "steps": trainer.global_step,
+    result = {"system": system, "d_model": d_model, "parameters": nonzero_parameters(model), "steps": trainer.global_step,
               "val_loss": round(validation, 4), "test_acc": round(tested, 4), "seconds": round(seconds, 1)}
     print(f"  {system:8s} d_model {d_model:3d} parameters {result['parameters']:9,} steps {result['steps']:5d} val loss "
           f"{validation:.4f} test acc {tested:.4f} ({result['seconds']}s)", file=sys.stderr, flush=True)
@@ -137,6 +142,10 @@ def compress_at(data: SentencePairDataModule, args: argparse.Namespace, systems:
         results["svd"], _ = fit("svd", data, args, 0, state=state, ranks=ranks)
     if "svd_ft" in systems:
         results["svd_ft"], _ = fit("svd_ft", data, args, extra, state=state, ranks=ranks)
+    if "prune_ft" in systems:
+        keep = kept_weights(ranks, _model(data, MODEL["d_model"]))
+        results["prune_ft"], _ = fit("prune_ft", data, args, extra, state=state,
+                                     transform=lambda model: magnitude_prune_(model, ranks, keep))
     if "fixed" in systems:
         fixed = BudgetConfig(compression=compression, **{**options, "adapt": False})
         results["fixed"], _ = fit("fixed", data, args, extra, state=state, budget=fixed)

@@ -14,9 +14,10 @@ def test_every_system_runs_from_the_trained_dense_weights(tmp_path):
     assert result["dense_steps"] == 8 and result["extra_steps"] == 2
     assert result["dense_ft"]["steps"] == 2
     runs = result["by_compression"]["8"]
-    assert set(runs) == {"comera", "svd", "svd_ft", "fixed", "small"}
+    assert set(runs) == {"comera", "svd", "svd_ft", "prune_ft", "fixed", "small"}
     assert runs["svd"]["steps"] == 0 and runs["svd_ft"]["steps"] == 2 and runs["small"]["steps"] == 10
     assert runs["svd"]["parameters"] == runs["svd_ft"]["parameters"], "svd_ft fine-tunes svd's factors"
+    assert abs(runs["prune_ft"]["parameters"] / runs["svd"]["parameters"] - 1) < 0.05, "pruned to the same weights"
     assert runs["comera"]["ranks"] and all(rank >= 1 for rank in runs["comera"]["ranks"].values())
     assert all(run["parameters"] < result["dense"]["parameters"] for run in runs.values())
     assert runs["small"]["d_model"] < compress_pairs.MODEL["d_model"]
