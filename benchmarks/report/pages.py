@@ -35,7 +35,7 @@ RACE = "benchmarks.quality.report:markdown_table"
 OURS = "benchmarks.report.tables"
 GPU = "benchmarks.report.tables_gpu"
 SCALING = "benchmarks.report.tables_scaling"
-PAIRS = tuple(f"compress_pairs{variant}{seed}.json" for variant in ("", "_trained_schedule", "_held_gates", "_gate_lr_2e-3", "_distill")
+PAIRS = tuple(f"compress_pairs{variant}{seed}.json" for variant in ("", "_trained_schedule", "_held_gates", "_gate_lr_2e-3", "_prune", "_distill")
               for seed in ("", "_seed1"))
 
 PAGES = [
@@ -76,7 +76,8 @@ PAGES = [
                      "`compress_pairs` ran the first trained-model schedule (5 % early, the cuts over the next 10 %), "
                      "`compress_pairs_trained_schedule` today's defaults, `compress_pairs_held_gates` the gates held at 1 "
                      "(tried, not kept), `compress_pairs_gate_lr_2e-3` a tenth of the gates' LR (tried), "
-                     "`compress_pairs_distill` the defaults with the trained model as teacher."),
+                     "`compress_pairs_prune` magnitude pruning to the weights CoMERA kept (its comera rows: the "
+                     "defaults again), `compress_pairs_distill` the defaults with the trained model as teacher."),
          ]),
     Page("speed_cpu", "Speed on CPU", "How fast is a CoMERA training step on a CPU, and what does it launch?", [
              Section("The paper's Transformer (6 encoders, d_model 768)", "transformer_speed.json",
