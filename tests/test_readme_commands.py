@@ -34,6 +34,8 @@ NOT_RUN = {
     "python -m comera_lightning.cli.demo\n": "run in full by make demo",
     "--ckpt_path logs/transformer/": "needs a trained paper-Transformer checkpoint (hours); the README exports and "
                                      "predicts with transformer_tiny's the same way",
+    "configs/transformer.yaml --program": "serves the paper-Transformer program the export above writes; the README "
+                                          "predicts with transformer_tiny's",
     "day_0.gz": "needs Criteo day files; tests/data/criteo/test_npy.py converts a synthetic day",
 }
 
