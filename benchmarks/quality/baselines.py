@@ -9,7 +9,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 import torch
 from torch import nn
@@ -77,11 +77,15 @@ def kept_weights(ranks: dict[str, int], model: nn.Module) -> int:
                for name, rank in ranks.items() for rows, cols, _ in [_shape(model.get_submodule(name))])
 
 
+def pruned(model: nn.Module) -> Iterator[tuple[nn.Module, str]]:
+    """(module, name) of each weight a ``torch.nn.utils.prune`` mask holds (its ``<name>_orig`` parameter)."""
+    for module in model.modules():
+        for name, _ in list(module.named_parameters(recurse=False)):
+            if name.endswith("_orig"):
+                yield module, name.removesuffix("_orig")
+
+
 def nonzero_parameters(model: nn.Module) -> int:
     """Parameters counting a pruned weight by its nonzeros (``weight_orig`` under its mask)."""
-    counted = 0
-    for module in model.modules():
-        for name, param in module.named_parameters(recurse=False):
-            mask = getattr(module, name.removesuffix("_orig") + "_mask", None) if name.endswith("_orig") else None
-            counted += int(mask.sum()) if mask is not None else param.numel()
-    return counted
+    masks = {id(getattr(module, f"{name}_orig")): getattr(module, f"{name}_mask") for module, name in pruned(model)}
+    return sum(int(masks[id(p)].sum()) if id(p) in masks else p.numel() for p in model.parameters())

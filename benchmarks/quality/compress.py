@@ -104,7 +104,6 @@ def validate(module: Any, data: Any, settings: RaceSettings) -> float:
 def compress_at(args: argparse.Namespace, spec: ModelSpec, data: Any, state: dict[str, Any], compression: float,
                 systems: list[str], total_steps: int) -> dict[str, dict[str, Any]]:
     """Every system of ``systems`` at one compression, from the trained ``state``."""
-    from benchmarks.quality.lm import CausalLM
     from comera_lightning import BudgetConfig
 
     extra = max(args.ft_epochs, round(args.extra * args.train_steps) // args.ft_epochs * args.ft_epochs)
@@ -118,8 +117,7 @@ def compress_at(args: argparse.Namespace, spec: ModelSpec, data: Any, state: dic
     results["comera"] = {**comera, "ranks": ranks}
     modules = {"comera": module}
     if "svd" in systems:
-        plain = CausalLM(spec, data.vocab_size, args.block_size, start_from=copy.deepcopy(state), svd_ranks=ranks)
-        plain.configure_model()
+        plain = trained_model(args, spec, data, state, svd_ranks=ranks)
         results["svd"] = {"system": "svd", "final_val_loss": round(validate(plain, data, settings), 4),
                           "parameters": sum(p.numel() for p in plain.parameters())}
     if "svd_ft" in systems:
@@ -145,6 +143,15 @@ def compress_at(args: argparse.Namespace, spec: ModelSpec, data: Any, state: dic
     return results
 
 
+def trained_model(args: argparse.Namespace, spec: ModelSpec, data: Any, state: dict[str, Any], **options: Any) -> Any:
+    """A fresh ``CausalLM`` holding the trained dense weights (then ``options``, e.g. ``svd_ranks``), configured."""
+    from benchmarks.quality.lm import CausalLM
+
+    module = CausalLM(spec, data.vocab_size, args.block_size, start_from=copy.deepcopy(state), **options)
+    module.configure_model()
+    return module
+
+
 def plain_baselines(args: argparse.Namespace, spec: ModelSpec, data: Any, state: dict[str, Any], ranks: dict[str, int],
                     systems: list[str], settings: RaceSettings, extra: int, modules: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """ASVD + fine-tuning and magnitude pruning + fine-tuning at CoMERA's sizes, those of ``systems`` asked (their
@@ -152,17 +159,17 @@ def plain_baselines(args: argparse.Namespace, spec: ModelSpec, data: Any, state:
     import itertools
 
     from benchmarks.quality.baselines import activation_scales, asvd_factors_, kept_weights, magnitude_prune_, nonzero_parameters
-    from benchmarks.quality.lm import CausalLM
 
-    dense = CausalLM(spec, data.vocab_size, args.block_size, start_from=copy.deepcopy(state))
-    dense.configure_model()
     results: dict[str, dict[str, Any]] = {}
+    if not {"asvd_ft", "prune_ft"} & set(systems):
+        return results
+    dense = trained_model(args, spec, data, state).model.eval()
     if "asvd_ft" in systems:
-        scales = activation_scales(dense.model.eval(), ranks, itertools.islice(data.train_dataloader(), CALIBRATION_BATCHES))
+        scales = activation_scales(dense, ranks, itertools.islice(data.train_dataloader(), CALIBRATION_BATCHES))
         results["asvd_ft"], modules["asvd_ft"] = fit("asvd_ft", spec, settings, data, lr=args.ft_lr, steps=extra, start_from=copy.deepcopy(state),
                                     transform=lambda model: asvd_factors_(model, ranks, scales))
     if "prune_ft" in systems:
-        keep = kept_weights(ranks, dense.model)
+        keep = kept_weights(ranks, dense)
         results["prune_ft"], modules["prune_ft"] = fit("prune_ft", spec, settings, data, lr=args.ft_lr, steps=extra,
                                                        start_from=copy.deepcopy(state), transform=lambda model: magnitude_prune_(model, ranks, keep))
         results["prune_ft"]["parameters"] = nonzero_parameters(modules["prune_ft"])  # the pruned weights by their nonzeros
@@ -182,12 +189,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                            "args": {k: v for k, v in vars(args).items() if k not in ("cache", "out")},
                            "dense": dense, "by_compression": {}}
     if args.served:
-        from benchmarks.quality.lm import CausalLM
         from benchmarks.quality.served import served
 
-        trained = CausalLM(spec, data.vocab_size, args.block_size, start_from=copy.deepcopy(state))
-        trained.configure_model()
-        out["dense"]["served"] = served(trained.model, args.block_size, data.vocab_size)
+        out["dense"]["served"] = served(trained_model(args, spec, data, state).model, args.block_size, data.vocab_size)
     if "dense_ft" in systems:
         settings = settings_for(args, extra, args.ft_epochs, args.ft_lr)
         out["dense_ft"], _ = fit("dense_ft", spec, settings, data, lr=args.ft_lr, steps=settings.steps,

@@ -37,9 +37,10 @@ def without_masks(model: nn.Module) -> nn.Module:
     ``model`` itself (a pruned module cannot be copied; the benchmark is done training it)."""
     import torch.nn.utils.prune as prune
 
-    for module in model.modules():
-        for name in [n.removesuffix("_orig") for n, _ in module.named_parameters(recurse=False) if n.endswith("_orig")]:
-            prune.remove(module, name)
+    from benchmarks.quality.baselines import pruned
+
+    for module, name in list(pruned(model)):
+        prune.remove(module, name)
     return copy.deepcopy(model).eval()
 
 

@@ -118,7 +118,7 @@ class GateOptimizer:
             torch._foreach_abs_(sensitivity)
         if not self.frozen:
             self.optimizer.step()
-        elif any(not self.optimizer.state[g] for g in held):
+        elif not self.optimizer.state:  # Adam never stepped (one dict lookup, not one per gate, on every held step)
             self._start_state()
         self._track(held, sensitivity)
         self.zero_grad()

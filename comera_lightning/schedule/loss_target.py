@@ -97,23 +97,17 @@ class LossTarget:
         return next((float(metrics[name]) for name in names if name in metrics), None)
 
     def resolve(self, metrics: Mapping[str, Any]) -> float:
-        """L₀ now, given the metrics logged so far (``trainer.callback_metrics``)."""
-        if self.value is not None:
-            return float(self.value)
+        """L₀ now, given the metrics logged so far (``trainer.callback_metrics``): ``reference``'s, else the epoch's mean
+        training loss when no metric was named."""
+        found = self.reference(metrics)
+        if found is not None:
+            return found
         if self.metric == TRAIN_LOSS_TARGET:
-            mean = self.epoch_mean()
-            if mean is None:
-                raise ValueError(f"loss_target_metric={TRAIN_LOSS_TARGET!r}: no training step ran in the early stage's last epoch.")
-            return mean
+            raise ValueError(f"loss_target_metric={TRAIN_LOSS_TARGET!r}: no training step ran in the early stage's last epoch.")
         if self.metric is not None:
-            if self.metric not in metrics:
-                raise ValueError(
-                    f"loss_target_metric={self.metric!r} was not logged by the end of the early stage; logged metrics: {sorted(metrics)}."
-                )
-            return float(metrics[self.metric])
-        for key in AUTO_LOSS_METRICS:
-            if key in metrics:
-                return float(metrics[key])
+            raise ValueError(
+                f"loss_target_metric={self.metric!r} was not logged by the end of the early stage; logged metrics: {sorted(metrics)}."
+            )
         mean = self.epoch_mean()
         if mean is None:
             raise ValueError("ComeraCallback could not pick a loss target: set loss_target or log a validation loss ('val/loss').")

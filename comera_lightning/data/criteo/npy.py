@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import shutil
+import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -176,11 +178,18 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--table_sizes", type=int, nargs=26, default=None, metavar="SIZE", help="26 sizes (default: Criteo Kaggle's)")
     args = parser.parse_args(argv)
-    for day in args.days:
-        try:
-            print(convert_criteo_day(day, args.out, args.table_sizes))
-        except (OSError, ValueError) as err:  # a bad line, a missing file, an output in the way: one line, no traceback
-            parser.error(str(err))
+    log = logging.getLogger(__name__)
+    said = logging.StreamHandler(sys.stdout)  # each folder written, on stdout, whatever the logging set up elsewhere
+    log.addHandler(said)
+    log.setLevel(logging.INFO)
+    try:
+        for day in args.days:
+            try:
+                log.info("%s", convert_criteo_day(day, args.out, args.table_sizes))
+            except (OSError, ValueError) as err:  # a bad line, a missing file, an output in the way: one line, no traceback
+                parser.error(str(err))
+    finally:
+        log.removeHandler(said)
 
 
 if __name__ == "__main__":
