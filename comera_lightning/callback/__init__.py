@@ -267,7 +267,7 @@ def _tensorize_module(pl_module: pl.LightningModule, config: TensorizeConfig, ob
     budget.end_size(0.0, compression_stats(pl_module), beside_cores(layers))  # a budget out of reach fails now
     objective.end_size = functools.partial(_budget_end_size, budget, pl_module, layers)  # picklable (ddp_spawn)
     install_checkpoint_loading(type(pl_module))
-    return caps
+    return caps.pinned(report.swapped)
 
 
 def _budget_end_size(budget: BudgetConfig, pl_module: pl.LightningModule, layers: list, size_at_switch: float) -> float:

@@ -30,6 +30,9 @@ class TTEmbedding(TTModule):
 
     Cores are ``(r_{k-1}, n_k, m_k, r_k)`` with row modes ``n`` (``∏n ≥ num_embeddings``, padded
     when the vocabulary factorises badly) and column modes ``m`` (``∏m ≥ embedding_dim``).
+    ``num_cores=1`` is the table as two factors, as ``num_cores=1`` is for ``TTLinear``: row modes
+    ``(num_embeddings, 1)``, column modes ``(1, embedding_dim)`` — a rows × rank matrix times a rank × dim
+    one, whose best start from a trained table is its truncated SVD.
     Two lookups (``lookup="auto"`` takes the one with fewer multiply-adds for each call):
 
     * ``"tables"``: the cores left and right of a split bond are contracted into two small tables
@@ -81,6 +84,8 @@ class TTEmbedding(TTModule):
             if not -num_embeddings <= padding_idx < num_embeddings:
                 raise ValueError(f"padding_idx={padding_idx} is outside the table of {num_embeddings} rows.")
             padding_idx %= num_embeddings
+        if num_cores == 1 and row_modes is None and col_modes is None:
+            row_modes, col_modes = (num_embeddings, 1), (1, embedding_dim)
         row_modes = tuple(row_modes) if row_modes is not None else factorize(num_embeddings, num_cores)
         col_modes = tuple(col_modes) if col_modes is not None else balance_halves(factorize(embedding_dim, len(row_modes)))
         if len(row_modes) != len(col_modes):
@@ -110,6 +115,13 @@ class TTEmbedding(TTModule):
         id_dtype = torch.int32 if num_embeddings <= torch.iinfo(torch.int32).max else torch.long  # int32: a third less memory
         self.register_buffer("counted_ids", torch.full((capacity,), -1, dtype=id_dtype, device=device))
         self.register_buffer("id_counts", torch.zeros(capacity, dtype=torch.int32, device=device))
+
+    def token_cores(self) -> list[int]:
+        """Every core (each holds a factor of many tokens' rows), except in the two-factor table: there a token owns
+        its row of the first factor, as of a dense table, and the second is shared by every token (stretching its
+        step would move every row at once), so neither is stretched."""
+        two_factors = len(self.row_modes) == 2 and self.row_modes[1] == 1 and self.col_modes[0] == 1
+        return [] if two_factors else super().token_cores()
 
     # ------------------------------------------------------------------ conversions
     @classmethod

@@ -38,11 +38,18 @@ def build_layer(name: str, module: nn.Module, converter: Converter, config: Tens
 
 
 def resolve_rank(options: dict[str, Any], module: nn.Module) -> dict[str, Any]:
-    """``max_rank`` None: ``rank_fraction`` of the smaller side of the module's weight (30 without a weight matrix)."""
+    """``max_rank`` None: ``rank_fraction`` of the smaller side of the module's weight (of a TorchRec collection: its
+    narrowest table's dim; 30 without either)."""
     fraction = options.pop("rank_fraction", None)
     if options.get("max_rank") is None:
         weight = getattr(module, "weight", None)
         weight = weight if isinstance(weight, torch.Tensor) else getattr(module, "in_proj_weight", None)
-        side = min(weight.shape[-2:]) if isinstance(weight, torch.Tensor) and weight.dim() >= 2 else None
+        side = min(weight.shape[-2:]) if isinstance(weight, torch.Tensor) and weight.dim() >= 2 else _table_width(module)
         options["max_rank"] = max(1, round(fraction * side)) if side and fraction else DEFAULT_EMBEDDING_RANK
     return options
+
+
+def _table_width(module: nn.Module) -> int | None:
+    """The narrowest table's dim of a TorchRec collection (``embedding_bag_configs``), else None."""
+    configs = module.embedding_bag_configs() if hasattr(module, "embedding_bag_configs") else []
+    return min((c.embedding_dim for c in configs), default=None)

@@ -15,12 +15,15 @@ from typing import Any, Union
 from comera_lightning._checks import check_number
 from comera_lightning.tensorize.registry import known_options
 
-__all__ = ["DEFAULT_EMBEDDING_RANK", "INIT_CHOICES", "RECORDS_BEFORE", "ModuleRules", "TensorizeConfig"]
+__all__ = ["DEFAULT_EMBEDDING_RANK", "INIT_CHOICES", "RECORDS_BEFORE", "TRAINED_TABLE_CORES", "ModuleRules", "TensorizeConfig"]
 
 ModuleRules = Union[str, list[str], None]
 INIT_CHOICES = ("random", "paper", "svd")
 #: An embedding's largest rank when neither ``embedding_max_rank`` nor ``max_rank`` is set.
 DEFAULT_EMBEDDING_RANK = 30
+#: Cores of a TorchRec table tensorized from its trained weights (``init="svd"``) when ``embedding_num_cores`` is None:
+#: two factors (``TTEmbedding(num_cores=1)``).
+TRAINED_TABLE_CORES = 1
 
 
 #: Options added after checkpoints were written, with the value that reproduces what older code did.
@@ -47,8 +50,9 @@ class TensorizeConfig:
             ``max_rank`` is not set (3/8: chosen on the quality race, docs/TUNING_QUALITY_RACE.md "Output heads").
         num_cores: cores per side of a linear layer (or ``[input cores, output cores]``); 1: a gated
             low-rank product, 3: the paper's six-core trains (docs/METHOD.md §1.1).
-        embedding_num_cores: cores of an embedding table; None: 2 for an ``nn.Embedding`` (a two-core TT-matrix),
-            4 for TorchRec tables.
+        embedding_num_cores: cores of an embedding table; 1: two factors (rows × rank, rank × dim), as ``num_cores=1``
+            is for linears; None: 2 for an ``nn.Embedding`` (a two-core TT-matrix), 4 for TorchRec tables, or 1 for
+            TorchRec tables with ``init="svd"`` (a trained table starts as its truncated SVD).
         init: ``"random"`` (variance of the layer replaced), ``"paper"`` (docs/METHOD.md §1.1) or
             ``"svd"`` (TT-SVD of the current weights, for pretrained models).
         layer_config: per-layer overrides, ``{rule: {option: value}}``; a rule is a name, a dotted
@@ -111,6 +115,24 @@ class TensorizeConfig:
         if unknown:
             raise TypeError(f"unknown tensorize option(s) {sorted(unknown)}; valid: {self.option_names()}.")
         return dataclasses.replace(self, **changes) if changes else self
+
+    def pinned(self, swapped: Iterable[Any]) -> TensorizeConfig:
+        """This config with what ``init`` decided written into ``layer_config`` (the TorchRec collections of
+        ``swapped``, a report's records, as two factors at the ranks they started with when ``init="svd"``), so that
+        a checkpoint's record rebuilds the same layers under another ``init``."""
+        from comera_lightning.tensorize.rules import overrides_for  # (rules builds on this module)
+
+        if self.init != "svd" or self.embedding_num_cores is not None:
+            return self
+        given = self.layer_config or {}
+        pins = {}
+        for record in swapped:
+            overrides = overrides_for(record.name, given)
+            if record.kind == "ebc" and "num_cores" not in overrides:
+                ranked = "max_rank" in overrides or self.embedding_max_rank is not None or self.max_rank is not None
+                pins[record.name] = {**overrides, "num_cores": TRAINED_TABLE_CORES,
+                                     **({} if ranked else {"max_rank": max(record.ranks)})}
+        return self.replace(layer_config={**given, **pins}) if pins else self
 
     def to_dict(self) -> dict[str, Any]:
         """Plain values (what a checkpoint records)."""

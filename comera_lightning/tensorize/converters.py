@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from comera_lightning.layers import TTEmbedding, TTLinear, TTMultiheadAttention
-from comera_lightning.tensorize.config import DEFAULT_EMBEDDING_RANK, TensorizeConfig
+from comera_lightning.tensorize.config import DEFAULT_EMBEDDING_RANK, TRAINED_TABLE_CORES, TensorizeConfig
 from comera_lightning.tensorize.registry import Converter, register_converter, register_integration
 
 __all__ = [
@@ -29,15 +29,24 @@ def linear_defaults(config: TensorizeConfig) -> dict[str, Any]:
 
 
 #: Cores of a table when ``embedding_num_cores`` is None: a token table as a two-core TT-matrix (chosen on the
-#: quality race, docs/TUNING_QUALITY_RACE.md), a TorchRec table as four (TT-Rec's layout; its rows are millions).
+#: quality race, docs/TUNING_QUALITY_RACE.md), a TorchRec table as four (TT-Rec's layout; its rows are millions) or,
+#: from its trained weights (``init="svd"``), as two factors (``TRAINED_TABLE_CORES``): its truncated SVD is the best
+#: start of its size, and a TT-matrix's split of the row index costs a trained table dear (docs/COMPRESS.md, "A DLRM's
+#: tables"). (A trained token table keeps the TT-matrix: on the trained Llama it did better at 4x.)
 TOKEN_TABLE_CORES, BAG_TABLE_CORES = 2, 4
 
 
-def _table_defaults(config: TensorizeConfig, cores: int, fallback_rank: int | None) -> dict[str, Any]:
-    """A table's options: rank ``embedding_max_rank``, else ``max_rank``, else ``fallback_rank``; ``cores`` unless set."""
-    max_rank = next((r for r in (config.embedding_max_rank, config.max_rank, fallback_rank) if r is not None), None)
-    return {"max_rank": max_rank, "num_cores": config.embedding_num_cores or cores, "init": config.init,
-            "gate_threshold": config.gate_threshold}
+def _table_defaults(config: TensorizeConfig, cores: int, fallback_rank: int | None, trained_cores: int | None = None) -> dict[str, Any]:
+    """A table's options: rank ``embedding_max_rank``, else ``max_rank``, else ``fallback_rank``; ``cores`` unless set
+    (``trained_cores``, when given, with ``init="svd"``)."""
+    cores = config.embedding_num_cores or (trained_cores if trained_cores and config.init == "svd" else cores)
+    max_rank = next((r for r in (config.embedding_max_rank, config.max_rank) if r is not None), None)
+    options = {"max_rank": max_rank, "num_cores": cores, "init": config.init, "gate_threshold": config.gate_threshold}
+    if max_rank is None and cores == 1:  # two factors: a fraction of the width, like an nn.Embedding's
+        options["rank_fraction"] = config.embedding_rank_fraction
+    elif max_rank is None:
+        options["max_rank"] = fallback_rank
+    return options
 
 
 def embedding_defaults(config: TensorizeConfig) -> dict[str, Any]:
@@ -46,8 +55,9 @@ def embedding_defaults(config: TensorizeConfig) -> dict[str, Any]:
 
 
 def bag_defaults(config: TensorizeConfig) -> dict[str, Any]:
-    """Options of TorchRec embedding-bag tables taken from the config."""
-    return _table_defaults(config, BAG_TABLE_CORES, DEFAULT_EMBEDDING_RANK)
+    """Options of TorchRec embedding-bag tables taken from the config (``max_rank`` None: 30 for TT-matrices,
+    ``embedding_rank_fraction`` of the narrowest table's dim for two factors)."""
+    return _table_defaults(config, BAG_TABLE_CORES, DEFAULT_EMBEDDING_RANK, TRAINED_TABLE_CORES)
 
 
 def weight_std(weight: torch.Tensor) -> float | None:

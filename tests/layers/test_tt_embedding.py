@@ -26,6 +26,19 @@ def test_tt_svd_exact_at_full_rank_with_padding_rows():
     torch.testing.assert_close(layer.to_embedding().weight, emb.weight, atol=1e-10, rtol=0)
 
 
+def test_one_core_is_the_table_as_two_factors_its_truncated_svd_and_unstretched():
+    table = torch.randn(300, 16, dtype=torch.float64)
+    layer = TTEmbedding(300, 16, max_rank=4, num_cores=1, dtype=torch.float64)
+    assert (layer.row_modes, layer.col_modes) == ((300, 1), (1, 16))
+    assert [tuple(c.shape) for c in layer.cores] == [(1, 300, 1, 4), (4, 1, 16, 1)]
+    layer.load_table_(table)
+    left, singular, right = torch.linalg.svd(table, full_matrices=False)
+    best = left[:, :4] * singular[:4] @ right[:4]  # Eckart-Young: the closest rank-4 table
+    torch.testing.assert_close(layer(torch.arange(300)), best, atol=1e-10, rtol=0)
+    # a token owns its row of the first factor (as of a dense table): the core step rule leaves it alone
+    assert layer.token_cores() == [] and TTEmbedding(300, 16, max_rank=4, num_cores=2).token_cores() == [0, 1]
+
+
 def test_padding_idx_reads_zero_and_gets_no_gradient():
     layer = TTEmbedding(100, 8, max_rank=4, padding_idx=5)
     out = layer(torch.tensor([5, 5]))

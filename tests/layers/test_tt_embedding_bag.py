@@ -9,7 +9,8 @@ torchrec = pytest.importorskip("torchrec")
 from torchrec import EmbeddingBagCollection, EmbeddingBagConfig, KeyedJaggedTensor, PoolingType  # noqa: E402
 from torchrec.models.dlrm import DLRM  # noqa: E402
 
-from comera_lightning import TTEmbedding, TTEmbeddingBagCollection, tensorize, to_dense  # noqa: E402
+from comera_lightning import TensorizeConfig, TTEmbedding, TTEmbeddingBagCollection, tensorize, to_dense  # noqa: E402
+from comera_lightning.checkpoint import restore_tensorized  # noqa: E402
 
 FULL_RANK = 10**6
 
@@ -226,6 +227,31 @@ def test_tensorize_svd_init_is_exact_at_full_rank_and_honours_layer_config():
     collection = model.sparse_arch.embedding_bag_collection
     assert sorted(collection.tt_tables()) == ["t0", "t1"] and len(collection.embedding_bags["t0"].cores) == 2
     torch.testing.assert_close(collection(kjt).values(), expected, atol=1e-10, rtol=0)
+
+
+def test_trained_tables_become_two_factors_at_a_fraction_of_their_width():
+    model = _dlrm(num_rows=1500)
+    tensorize(model, target_modules=["embedding_bag_collection"], init="svd", embedding_rank_fraction=0.25,
+              layer_config={"embedding_bag_collection": {"min_rows": 10}})
+    tables = model.sparse_arch.embedding_bag_collection.tt_tables()
+    width = model.sparse_arch.embedding_bag_collection.embedding_bag_configs()[0].embedding_dim
+    assert tables and all(t.row_modes[1:] == (1,) and t.ranks == (width // 4,) for t in tables.values())
+
+
+def test_a_checkpoint_of_trained_tables_rebuilds_them_as_they_were_written():
+    config = TensorizeConfig(target_modules=["embedding_bag_collection"], init="svd", embedding_max_rank=4)
+    model = _dlrm(num_rows=1500)
+    report = tensorize(model, config)
+    state = model.state_dict()
+    fresh = _dlrm(num_rows=1500)  # what load_from_checkpoint does: the callback's record (pinned), under init="random"
+    assert restore_tensorized(fresh, {"comera": {"tensorize": config.pinned(report.swapped).to_dict()}, "state_dict": state})
+    fresh.load_state_dict(state)
+    kjt = KeyedJaggedTensor(keys=["f0", "f1"], values=torch.tensor([1, 1499, 7, 3]), lengths=torch.tensor([1, 2, 0, 1]))
+    dense = torch.randn(2, 4)
+    torch.testing.assert_close(fresh(dense, kjt), model(dense, kjt))
+    older = _dlrm(num_rows=1500)  # a record from before trained tables were two factors: its four-core TT-matrix
+    restore_tensorized(older, {"comera": {"tensorize": config.to_dict()}, "state_dict": {}})
+    assert len(older.sparse_arch.embedding_bag_collection.embedding_bags["t0"].cores) == 4
 
 
 def test_pruning_one_table_keeps_the_function_and_reloads_strictly():

@@ -147,6 +147,27 @@ def test_checkpoint_round_trip(movielens, fixed_batch, tmp_path):
     assert loaded.hparams.feature_names == movielens.feature_names
 
 
+def test_compressed_trained_tables_are_two_factors_and_their_checkpoint_loads(movielens, fixed_batch, tmp_path):
+    from comera_lightning import BudgetConfig
+
+    model = _model(movielens, embedding_dim=8, dense_arch_layer_sizes=[16, 8], over_arch_layer_sizes=[16, 1])
+    _trainer(max_steps=3).fit(model, train_dataloaders=_loader(fixed_batch, 3))  # "trained" dense
+    collection = "model.sparse_arch.embedding_bag_collection"
+    tensorize = TensorizeConfig(init="svd", target_modules=[collection], layer_config={collection: {"min_rows": 300}})
+    compress = ComeraCallback(tensorize=tensorize, budget=BudgetConfig(compression=2))
+    trainer = _trainer(max_steps=3, callbacks=[compress])
+    trainer.fit(model, train_dataloaders=_loader(fixed_batch, 3))
+    item = model.get_submodule(collection).embedding_bags["t_item_id"]
+    assert item.row_modes == (item.num_embeddings, 1) and len(item.cores) == 2  # its truncated SVD's two factors
+    path = tmp_path / "compressed.ckpt"
+    trainer.save_checkpoint(path)
+    loaded = DLRMClassifier.load_from_checkpoint(path)  # rebuilt from the record, not from init="svd"
+    model.eval()
+    loaded.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(fixed_batch.dense, fixed_batch.sparse), model(fixed_batch.dense, fixed_batch.sparse))
+
+
 def test_meta_embeddings_train_once_tensorized_and_are_refused_otherwise(movielens, fixed_batch):
     model = _model(movielens, meta_embeddings=True)
     with pytest.raises(ValueError, match="meta_embeddings=True.*ComeraCallback"):

@@ -101,6 +101,16 @@ def test_svd_init_at_full_rank_keeps_a_pretrained_model_exact():
     torch.testing.assert_close(model(ids), expected, atol=1e-9, rtol=0)
 
 
+def test_a_token_table_is_two_factors_when_asked_and_else_a_tt_matrix_even_from_trained_weights():
+    model = Tiny()
+    tensorize(model, init="svd", embedding_max_rank=8, embedding_num_cores=1)
+    assert model.embed.row_modes == (1000, 1) and len(model.embed.cores) == 2
+    for init in ("svd", "random"):
+        model = Tiny()
+        tensorize(model, init=init, embedding_max_rank=8)
+        assert model.embed.row_modes != (1000, 1) and len(model.embed.cores) == 2
+
+
 def test_random_init_matches_the_scale_of_the_replaced_layer():
     model = Tiny()
     std = model.blocks[0].ffn.weight.std().item()
