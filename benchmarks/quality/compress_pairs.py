@@ -1,8 +1,9 @@
-r"""Compressing a trained sentence-pair Transformer: CoMERA against the plain paths a user would write instead (issue #52).
+r"""Compressing a trained sentence-pair classifier: CoMERA against the plain paths a user would write instead (issue #52).
 
-``compress.py``'s comparison on ``make demo``'s classifier and data (``pairs_frontier``'s MODEL and DATA, the
-clothing-review pairs). The dense model is trained ``--epochs`` with its own ``configure_optimizers`` (AdamW at a
-constant 1e-3, no scheduler); then, from those weights, each system trains ``--extra`` times the dense steps more
+``compress.py``'s comparison on the clothing-review pairs (``pairs_frontier``'s DATA) and one of two classifiers
+(``--model``, ``pair_models.py``): ``make demo``'s Transformer, or ``examples/huggingface.py``'s Hugging Face BERT. The
+dense model is trained ``--epochs`` with its own ``configure_optimizers`` (the Transformer: AdamW at a constant 1e-3;
+the BERT: AdamW 1e-3 with a cosine over the run, as the example writes it); then, from those weights, each system trains ``--extra`` times the dense steps more
 (``max_steps``, validating once per epoch; every reported validation loss is that of the final weights), in one
 process, same data and seed:
 
@@ -14,10 +15,10 @@ process, same data and seed:
 * ``prune_ft``: ``torch.nn.utils.prune`` global magnitude pruning of the same layers to the weights CoMERA kept
   (parameters counted as nonzeros), fine-tuned the extra steps with the masks;
 * ``fixed``: CoMERA at fixed ranks of the size asked (``adapt=False``, ``init="svd"``), fine-tuned the extra steps;
-* ``small``: a dense model of CoMERA's final size (narrower, ``narrow_d_model``) trained from scratch for all the steps;
+* ``small``: a dense model of CoMERA's final size (narrower: ``PairModel.narrow_width``) trained from scratch for all the steps;
 * ``dense_ft`` (once): the dense model trained the extra steps (what compression costs).
 
-    python -m benchmarks.quality.compress_pairs [--compressions 8,32] [--epochs 2] [--extra 0.25] [--out PATH]
+    python -m benchmarks.quality.compress_pairs [--model bert] [--compressions 8,32] [--epochs 2] [--extra 0.25] [--out PATH]
     python -m benchmarks.quality.compress_pairs --check     # a few batches: the pipeline runs
 
 The trained dense weights are cached (``--cache``) so that several compress runs share one training.
@@ -40,17 +41,12 @@ import torch
 from benchmarks.probes import RESULTS, machine_basics, without_out, write_result
 from benchmarks.quality.baselines import kept_weights, magnitude_prune_, nonzero_parameters
 from benchmarks.quality.models import svd_factors_, svd_ranks_of
-from benchmarks.quality.pairs_frontier import (
-    DATA,
-    MODEL,
-    _model,
-    narrow_d_model,
-)
+from benchmarks.quality.pair_models import PAIR_MODELS
+from benchmarks.quality.pairs_frontier import DATA
 from benchmarks.quality.settings import _options, systems_of
 from benchmarks.quality.weights_cache import add_run_arguments, apply_check, load_or_train
 from comera_lightning import BudgetConfig, ComeraCallback, TensorizeConfig
 from comera_lightning.data.pairs import SentencePairDataModule
-from comera_lightning.models.transformer import SentencePairClassifier
 
 SYSTEMS = ("comera", "svd", "svd_ft", "prune_ft", "fixed", "small", "dense_ft")
 NEEDS = {"svd": ("comera",), "svd_ft": ("comera",), "prune_ft": ("comera",), "small": ("comera",)}
@@ -59,6 +55,8 @@ CHECK = {"epochs": 2, "limit_batches": 4, "compressions": "8"}
 
 def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", choices=sorted(PAIR_MODELS), default="transformer",
+                        help="the package's Transformer (make demo's) or examples/huggingface.py's Hugging Face BERT")
     parser.add_argument("--epochs", type=int, default=2, help="epochs of the dense training (492 steps each: 984 steps)")
     parser.add_argument("--extra", type=float, default=0.25, help="compress steps, as a fraction of the dense steps")
     parser.add_argument("--compressions", default="8,32", help="compressions of the tensorized layers, comma-separated")
@@ -67,6 +65,8 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--comera", nargs="*", default=[], help="BudgetConfig fields of comera and fixed, key=value")
     parser.add_argument("--callback", nargs="*", default=[], help="further ComeraCallback arguments of comera and fixed, "
                         "key=value (JSON values), e.g. core_step_scale=1 'distill={\"module\": \"\"}'")
+    parser.add_argument("--tensorize", nargs="*", default=[], help="TensorizeConfig fields of comera and fixed beside "
+                        "init='svd', key=value (JSON values)")
     parser.add_argument("--limit-batches", type=int, default=None, help="batches per epoch and per evaluation (a smoke run)")
     add_run_arguments(parser, "compress_pairs.json", "a few batches of each run: the pipeline runs")
     args = parser.parse_args(argv)
@@ -80,12 +80,14 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
 
 def fit(system: str, data: SentencePairDataModule, args: argparse.Namespace, steps: int, *,
         state: dict[str, Any] | None = None, ranks: dict[str, int] | None = None, budget: BudgetConfig | None = None,
-        d_model: int = MODEL["d_model"], transform: Any = None) -> tuple[dict[str, Any], SentencePairClassifier]:
+        d_model: int | None = None, transform: Any = None) -> tuple[dict[str, Any], L.LightningModule]:
     """One system: a fresh model (``state`` loaded, then ``ranks`` as SVD factors, then ``transform``), trained
     ``steps`` (0: not trained, only evaluated), with CoMERA when ``budget`` is given; its validation loss and test
     accuracy, and the model."""
     L.seed_everything(args.seed, verbose=False)
-    model = _model(data, d_model)
+    kind = PAIR_MODELS[args.model]
+    d_model = d_model or kind.width
+    model = kind.build(data, d_model)
     if state is not None:
         model.load_state_dict(copy.deepcopy(state))
     if ranks:
@@ -93,7 +95,8 @@ def fit(system: str, data: SentencePairDataModule, args: argparse.Namespace, ste
     if transform is not None:
         transform(model)
     options = _options(args.callback)
-    callbacks = [ComeraCallback(tensorize=TensorizeConfig(init="svd"), budget=budget, **options)] if budget is not None else []
+    callbacks = [ComeraCallback(tensorize=TensorizeConfig(init="svd", **_options(args.tensorize)), budget=budget,
+                                **options)] if budget is not None else []
     limit = args.limit_batches
     trainer = L.Trainer(max_steps=max(steps, 1), callbacks=callbacks, logger=False, enable_checkpointing=False,
                         enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
@@ -119,8 +122,8 @@ def dense_steps(data: SentencePairDataModule, args: argparse.Namespace) -> int:
 
 def trained_dense(data: SentencePairDataModule, args: argparse.Namespace, steps: int) -> tuple[dict[str, Any], dict[str, Any]]:
     """The dense model trained ``steps`` (from the cache when it holds this very run): (weights, result)."""
-    settings = json.dumps({"model": MODEL, "data": DATA, "steps": steps, "limit": args.limit_batches}, sort_keys=True)
-    key = f"pairs_s{steps}_seed{args.seed}_{hashlib.sha1(settings.encode()).hexdigest()[:10]}"
+    settings = json.dumps({"model": PAIR_MODELS[args.model].settings, "data": DATA, "steps": steps, "limit": args.limit_batches}, sort_keys=True)
+    key = f"pairs{'' if args.model == 'transformer' else '_' + args.model}_s{steps}_seed{args.seed}_{hashlib.sha1(settings.encode()).hexdigest()[:10]}"
     state, result, cached = load_or_train(args.cache / f"{key}.pt", lambda: fit("dense", data, args, steps))
     if cached:
         print(f"  dense    from the cache: val loss {result['val_loss']:.4f} test acc {result['test_acc']:.4f}",
@@ -143,14 +146,15 @@ def compress_at(data: SentencePairDataModule, args: argparse.Namespace, systems:
     if "svd_ft" in systems:
         results["svd_ft"], _ = fit("svd_ft", data, args, extra, state=state, ranks=ranks)
     if "prune_ft" in systems:
-        keep = kept_weights(ranks, _model(data, MODEL["d_model"]))
+        kind = PAIR_MODELS[args.model]
+        keep = kept_weights(ranks, kind.build(data, kind.width))
         results["prune_ft"], _ = fit("prune_ft", data, args, extra, state=state,
                                      transform=lambda model: magnitude_prune_(model, ranks, keep))
     if "fixed" in systems:
         fixed = BudgetConfig(compression=compression, **{**options, "adapt": False})
         results["fixed"], _ = fit("fixed", data, args, extra, state=state, budget=fixed)
     if "small" in systems:
-        width = narrow_d_model(data, comera["parameters"])
+        width = PAIR_MODELS[args.model].narrow_width(data, comera["parameters"])
         results["small"], _ = fit("small", data, args, steps + extra, d_model=width)
     return results
 
@@ -167,7 +171,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     command = [a for i, a in enumerate(given) if not a.startswith("--cache") and (i == 0 or given[i - 1] != "--cache")]
     out: dict[str, Any] = {
         "benchmark": "compress_pairs", "command": " ".join(["python -m benchmarks.quality.compress_pairs", *command]),
-        "date": datetime.date.today().isoformat(), "machine": machine_basics(), "model": MODEL, "data": DATA,
+        "date": datetime.date.today().isoformat(), "machine": machine_basics(),
+        "model_kind": args.model, "model": PAIR_MODELS[args.model].settings, "data": DATA,
         "args": {k: v for k, v in vars(args).items() if k not in ("cache", "out")}, "systems": systems,
         "dense_steps": steps, "extra_steps": extra}
     state, out["dense"] = trained_dense(data, args, steps)
@@ -188,7 +193,7 @@ def table(out: dict[str, Any]) -> str:
     """Test accuracy (points against the trained dense model), validation loss and parameters per system and
     compression (markdown), the dense model's above them."""
     dense = out["dense"]
-    lines = [f"Sentence-pair Transformer ({out['machine']['cpu']}, {out['date']}): `{out['command']}`", "",
+    lines = [f"Sentence-pair {out.get('model_kind', 'transformer')} ({out['machine']['cpu']}, {out['date']}): `{out['command']}`", "",
              f"dense trained {out['dense_steps']} steps: test acc {dense['test_acc']:.4f}, val loss {dense['val_loss']:.4f},"
              f" {dense['parameters']:,} parameters"
              + (f"; dense + {out['extra_steps']} extra steps: {_cell(out['dense_ft'], dense)}" if "dense_ft" in out else ""),

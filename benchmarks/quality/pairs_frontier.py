@@ -73,8 +73,9 @@ def fit(system: str, data: SentencePairDataModule, args: argparse.Namespace, *, 
 
 def narrow_d_model(data: SentencePairDataModule, target: int) -> int:
     """The width (a multiple of the head count, below the full one) whose dense model is nearest ``target`` parameters."""
-    heads = MODEL["num_heads"]
-    return min(range(heads, MODEL["d_model"], heads), key=lambda w: abs(_parameters(_model(data, w)) - target))
+    from benchmarks.quality.pair_models import PAIR_MODELS  # it builds on this module's MODEL
+
+    return PAIR_MODELS["transformer"].narrow_width(data, target)
 
 
 def markdown(result: dict[str, Any]) -> str:

@@ -5,6 +5,7 @@ import json
 import pytest
 
 from benchmarks.quality import compress_pairs
+from benchmarks.quality.pair_models import PAIR_MODELS
 
 
 def test_every_system_runs_from_the_trained_dense_weights(tmp_path):
@@ -20,7 +21,7 @@ def test_every_system_runs_from_the_trained_dense_weights(tmp_path):
     assert abs(runs["prune_ft"]["parameters"] / runs["svd"]["parameters"] - 1) < 0.05, "pruned to the same weights"
     assert runs["comera"]["ranks"] and all(rank >= 1 for rank in runs["comera"]["ranks"].values())
     assert all(run["parameters"] < result["dense"]["parameters"] for run in runs.values())
-    assert runs["small"]["d_model"] < compress_pairs.MODEL["d_model"]
+    assert runs["small"]["d_model"] < PAIR_MODELS["transformer"].width
     assert "--out" not in result["command"] and "--cache" not in result["command"], "no local path in the JSON"
     assert "| 8× |" in compress_pairs.table(result)
 
@@ -34,6 +35,19 @@ def test_the_dense_training_is_cached_and_systems_choose_what_runs(tmp_path):
     assert {k: v for k, v in again["dense"].items() if k != "cached"} == first["dense"]
     assert set(again["by_compression"]["8"]) == {"comera", "svd"} and "dense_ft" not in again
     assert "| compression | comera | svd |" in compress_pairs.table(again).splitlines()
+
+
+@pytest.mark.slow
+def test_the_hugging_face_bert_is_compressed_the_same_way_with_its_own_cache(tmp_path):
+    cache = tmp_path / "cache"
+    compress_pairs.main(["--check", "--systems", "comera", "--cache", str(cache), "--out", str(tmp_path / "a.json")])
+    result = compress_pairs.main(["--check", "--model", "bert", "--systems", "comera,svd_ft,small", "--cache", str(cache),
+                                  "--out", str(tmp_path / "b.json")])
+    assert result["model_kind"] == "bert" and len(list(cache.glob("*.pt"))) == 2, "one trained model per kind"
+    runs = result["by_compression"]["8"]
+    assert abs(runs["svd_ft"]["parameters"] / runs["comera"]["parameters"] - 1) < 0.05
+    assert runs["small"]["d_model"] < PAIR_MODELS["bert"].width
+    assert "Sentence-pair bert" in compress_pairs.table(result)
 
 
 @pytest.mark.parametrize("options, problem", [(["--systems", "svd"], "add comera"),

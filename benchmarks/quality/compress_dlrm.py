@@ -1,0 +1,236 @@
+r"""Compressing a trained DLRM's embedding tables (MovieLens-100K clicks): CoMERA against the plain paths (issue #52).
+
+The package's ``DLRMClassifier`` (TorchRec's DLRM) as ``configs/dlrm_tiny.yaml`` trains it — embedding dim 16, AdamW
+1e-3, weight decay 1.0 on tables and MLPs, none on TT cores, batch 256, a seeded random 80/10/10 split of the ratings
+(click = rating ≥ 4) — trained dense ``--epochs``; then, from those weights, each system trains ``--extra`` times the
+dense steps more, in one process, same data and seed. The tables compressed are those of at least ``MIN_ROWS`` rows
+(users, items, zip codes: 2,975 of the 3,028 rows):
+
+* ``comera``: ``ComeraCallback(tensorize=TensorizeConfig(init="svd", target_modules=[the collection]),
+  budget=BudgetConfig(compression=C))`` (``--callback key=value``: further ComeraCallback arguments);
+* ``svd_ft``: each of those tables replaced by its truncated SVD as two plain factors (``E ≈ A·B``) holding the
+  parameters CoMERA's TT table ended with (rank ≥ 1: at high compression a 16-wide table cannot get that small, and
+  its real size is reported), fine-tuned the extra steps;
+* ``prune_ft``: ``torch.nn.utils.prune`` global magnitude pruning of the same tables to CoMERA's count, fine-tuned
+  with the masks;
+* ``small``: a dense DLRM whose embedding dim gives those tables about CoMERA's size (at least 1), trained from
+  scratch for all the steps;
+* ``dense_ft`` (once): the dense model trained the extra steps.
+
+Reported: test AUC and log loss of the final weights, and the compressed tables' parameters (nonzeros when pruned).
+
+    python -m benchmarks.quality.compress_dlrm [--compressions 4,8,32] [--epochs 5] [--extra 0.25] [--out PATH]
+    python -m benchmarks.quality.compress_dlrm --check     # a few batches: the pipeline runs
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import datetime
+import hashlib
+import json
+import sys
+import time
+from typing import Any
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from benchmarks.probes import RESULTS, machine_basics, without_out, write_result
+from benchmarks.quality.baselines import magnitude_prune_, nonzero_parameters
+from benchmarks.quality.settings import _options, systems_of
+from benchmarks.quality.weights_cache import add_run_arguments, apply_check, load_or_train
+from comera_lightning import BudgetConfig, ComeraCallback, TensorizeConfig
+from comera_lightning.data.movielens import MovieLensClicksDataModule
+from comera_lightning.models.dlrm import DLRMClassifier
+
+SYSTEMS = ("comera", "svd_ft", "prune_ft", "small", "dense_ft")
+NEEDS = {"svd_ft": ("comera",), "prune_ft": ("comera",), "small": ("comera",)}
+CHECK = {"epochs": 1, "limit_batches": 4, "compressions": "8"}
+DATA = {"split_mode": "random", "batch_size": 256, "eval_batch_size": 4096}
+MODEL = {"embedding_dim": 16, "dense_arch_layer_sizes": [64, 16], "over_arch_layer_sizes": [64, 32, 1],
+         "lr_cores": 1e-3, "lr_other": 1e-3, "weight_decay": 1.0, "core_weight_decay": 0.0}
+COLLECTION = "model.sparse_arch.embedding_bag_collection"
+MIN_ROWS = 300
+
+
+class LowRankEmbeddingBag(nn.Module):
+    """An ``nn.EmbeddingBag`` whose table is ``A·B`` (rank r). The factors are named ``cores`` so the module's optimizer
+    treats them as CoMERA's cores (no weight decay: decay on each factor compounds in their product)."""
+
+    def __init__(self, bag: nn.EmbeddingBag, rank: int) -> None:
+        super().__init__()
+        left, singular, right = torch.linalg.svd(bag.weight.detach().float(), full_matrices=False)
+        root = singular[:rank].sqrt()
+        self.cores = nn.ParameterList([left[:, :rank] * root, root[:, None] * right[:rank]])
+        self.mode, self.include_last_offset = bag.mode, bag.include_last_offset
+
+    def forward(self, input: torch.Tensor, offsets: torch.Tensor | None = None,
+                per_sample_weights: torch.Tensor | None = None) -> torch.Tensor:
+        return F.embedding_bag(input, self.cores[0] @ self.cores[1], offsets, mode=self.mode,
+                               per_sample_weights=per_sample_weights, include_last_offset=self.include_last_offset)
+
+
+def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--epochs", type=int, default=5, help="epochs of the dense training (313 steps each)")
+    parser.add_argument("--extra", type=float, default=0.25, help="compress steps, as a fraction of the dense steps")
+    parser.add_argument("--compressions", default="4,8,32", help="compressions of the tables, comma-separated")
+    parser.add_argument("--systems", default=",".join(SYSTEMS), help=f"comma-separated, from {','.join(SYSTEMS)}")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--callback", nargs="*", default=[], help="further ComeraCallback arguments, key=value (JSON "
+                        "values), e.g. core_step_scale=1")
+    parser.add_argument("--tensorize", nargs="*", default=[], help="further TensorizeConfig fields, key=value (JSON values)")
+    parser.add_argument("--limit-batches", type=int, default=None, help="batches per epoch and per evaluation (a smoke run)")
+    add_run_arguments(parser, "compress_dlrm.json", "a few batches of each run: the pipeline runs")
+    args = parser.parse_args(argv)
+    apply_check(args, CHECK, "compress_dlrm")
+    return args, systems_of(parser, args.systems, SYSTEMS, NEEDS)
+
+
+def _model(data: MovieLensClicksDataModule, embedding_dim: int = MODEL["embedding_dim"]) -> DLRMClassifier:
+    shape = {**MODEL, "embedding_dim": embedding_dim, "dense_arch_layer_sizes": [64, embedding_dim]}
+    return DLRMClassifier(table_sizes=data.table_sizes, num_dense=data.num_dense, feature_names=data.feature_names,
+                          optimizer=lambda groups: torch.optim.AdamW(groups, lr=MODEL["lr_other"], weight_decay=0.0), **shape)
+
+
+def compressed_tables(model: DLRMClassifier) -> dict[str, nn.Module]:
+    """The tables this benchmark compresses (at least ``MIN_ROWS`` rows), by name, as the model holds them now."""
+    collection = model.get_submodule(COLLECTION)
+    if hasattr(collection, "tt_tables"):
+        return dict(collection.tt_tables())
+    return {config.name: collection.embedding_bags[config.name] for config in collection.embedding_bag_configs()
+            if config.num_embeddings >= MIN_ROWS}
+
+
+def table_parameters(model: DLRMClassifier) -> int:
+    """Parameters of the compressed tables (nonzeros under a pruning mask)."""
+    return sum(nonzero_parameters(table) for table in compressed_tables(model).values())
+
+
+def fit(system: str, data: MovieLensClicksDataModule, args: argparse.Namespace, steps: int, *,
+        state: dict[str, Any] | None = None, transform: Any = None, compression: float | None = None,
+        embedding_dim: int = MODEL["embedding_dim"]) -> tuple[dict[str, Any], DLRMClassifier]:
+    """One system: a fresh model (``state`` loaded, then ``transform``), trained ``steps`` (CoMERA when
+    ``compression``), tested; its test AUC and loss, table parameters, and the model."""
+    L.seed_everything(args.seed, verbose=False)
+    model = _model(data, embedding_dim)
+    if state is not None:
+        model.load_state_dict(copy.deepcopy(state))
+    if transform is not None:
+        transform(model)
+    callbacks = []
+    if compression is not None:
+        tensorize = TensorizeConfig(init="svd", target_modules=[COLLECTION], layer_config={COLLECTION: {"min_rows": MIN_ROWS}},
+                                    **_options(args.tensorize))
+        callbacks = [ComeraCallback(tensorize=tensorize, budget=BudgetConfig(compression=compression), **_options(args.callback))]
+    limit = args.limit_batches
+    trainer = L.Trainer(max_steps=max(steps, 1), callbacks=callbacks, logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
+                        limit_train_batches=limit, limit_val_batches=limit, limit_test_batches=limit)
+    started = time.perf_counter()
+    if steps:
+        trainer.fit(model, datamodule=data)
+    seconds = time.perf_counter() - started
+    tested = trainer.test(model, datamodule=data, verbose=False)[0]
+    result = {"system": system, "embedding_dim": embedding_dim, "table_parameters": table_parameters(model),
+              "parameters": nonzero_parameters(model), "steps": trainer.global_step,
+              "test_auc": round(float(tested["test/auc"]), 4), "test_loss": round(float(tested["test/loss"]), 4),
+              "seconds": round(seconds, 1)}
+    print(f"  {system:8s} dim {embedding_dim:2d} tables {result['table_parameters']:7,} steps {result['steps']:5d} "
+          f"test AUC {result['test_auc']:.4f} loss {result['test_loss']:.4f} ({result['seconds']}s)", file=sys.stderr, flush=True)
+    return result, model
+
+
+def low_rank_(model: DLRMClassifier, sizes: dict[str, int]) -> dict[str, int]:
+    """Each compressed table replaced by SVD factors holding about ``sizes[name]`` parameters; returns the ranks."""
+    bags = model.get_submodule(COLLECTION).embedding_bags
+    ranks = {}
+    for name, size in sizes.items():
+        rows, cols = bags[name].weight.shape
+        ranks[name] = max(1, round(size / (rows + cols)))
+        bags[name] = LowRankEmbeddingBag(bags[name], ranks[name])
+    return ranks
+
+
+def compress_at(data: MovieLensClicksDataModule, args: argparse.Namespace, systems: list[str], state: dict[str, Any],
+                compression: float, steps: int, extra: int) -> dict[str, dict[str, Any]]:
+    """Every system of ``systems`` at one compression of the tables, from the trained ``state``."""
+    comera, model = fit("comera", data, args, extra, state=state, compression=compression)
+    sizes = {name: sum(core.numel() for core in table.cores) for name, table in compressed_tables(model).items()}
+    results = {"comera": {**comera, "sizes": sizes}}
+    if "svd_ft" in systems:
+        ranks: dict[str, int] = {}
+        results["svd_ft"], _ = fit("svd_ft", data, args, extra, state=state,
+                                   transform=lambda m: ranks.update(low_rank_(m, sizes)))
+        results["svd_ft"]["ranks"] = ranks
+    if "prune_ft" in systems:
+        names = [f"{COLLECTION}.embedding_bags.{name}" for name in sizes]
+        results["prune_ft"], _ = fit("prune_ft", data, args, extra, state=state,
+                                     transform=lambda m: magnitude_prune_(m, names, comera["table_parameters"]))
+    if "small" in systems:
+        rows = sum(table.num_embeddings for table in compressed_tables(_model(data)).values())
+        dim = max(1, round(comera["table_parameters"] / rows))
+        results["small"], _ = fit("small", data, args, steps + extra, embedding_dim=dim)
+    return results
+
+
+def trained_dense(data: MovieLensClicksDataModule, args: argparse.Namespace, steps: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The dense model trained ``steps`` (from the cache when it holds this very run): (weights, result)."""
+    settings = json.dumps({"model": MODEL, "data": DATA, "steps": steps, "limit": args.limit_batches}, sort_keys=True)
+    key = f"dlrm_s{steps}_seed{args.seed}_{hashlib.sha1(settings.encode()).hexdigest()[:10]}"
+    state, result, cached = load_or_train(args.cache / f"{key}.pt", lambda: fit("dense", data, args, steps))
+    return state, {**result, "cached": True} if cached else result
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    args, systems = parse_args(argv)
+    torch.set_num_threads(1)
+    L.seed_everything(args.seed, verbose=False)
+    data = MovieLensClicksDataModule(**DATA, seed=args.seed)
+    data.prepare_data()
+    data.setup("fit")
+    per_epoch = len(data.train_dataloader())
+    steps = args.epochs * (min(per_epoch, args.limit_batches) if args.limit_batches else per_epoch)
+    extra = max(1, round(args.extra * steps))
+    command = [a for a in without_out(argv) if a != "--cache" and not a.startswith(str(args.cache))]
+    out: dict[str, Any] = {
+        "benchmark": "compress_dlrm", "command": " ".join(["python -m benchmarks.quality.compress_dlrm", *command]),
+        "date": datetime.date.today().isoformat(), "machine": machine_basics(), "model": MODEL, "data": DATA,
+        "min_rows": MIN_ROWS, "args": {k: v for k, v in vars(args).items() if k not in ("cache", "out")},
+        "systems": systems, "dense_steps": steps, "extra_steps": extra}
+    state, out["dense"] = trained_dense(data, args, steps)
+    if "dense_ft" in systems:
+        out["dense_ft"], _ = fit("dense_ft", data, args, extra, state=state)
+    out["by_compression"] = {f"{c:g}": compress_at(data, args, systems, state, c, steps, extra)
+                             for c in (float(c) for c in args.compressions.split(",") if c)}
+    write_result(args.out or RESULTS / "compress_dlrm.json", out, table(out))
+    return out
+
+
+def _cell(run: dict[str, Any], dense: dict[str, Any]) -> str:
+    return (f"{run['test_auc']:.4f} ({run['test_auc'] - dense['test_auc']:+.4f}), {run['test_loss']:.4f}, "
+            f"{run['table_parameters']:,}")
+
+
+def table(out: dict[str, Any]) -> str:
+    """Test AUC (against the trained dense model), test loss and the compressed tables' parameters per system and
+    compression (markdown), the dense model's above them."""
+    dense = out["dense"]
+    lines = [f"DLRM on MovieLens-100K ({out['machine']['cpu']}, {out['date']}): `{out['command']}`", "",
+             f"dense trained {out['dense_steps']} steps: test AUC {dense['test_auc']:.4f}, loss {dense['test_loss']:.4f},"
+             f" compressed tables {dense['table_parameters']:,} parameters"
+             + (f"; dense + {out['extra_steps']} extra steps: {_cell(out['dense_ft'], dense)}" if "dense_ft" in out else ""),
+             ""]
+    shown = [s for s in SYSTEMS if s != "dense_ft" and s in out["systems"] + ["comera"]]
+    lines += ["| compression | " + " | ".join(shown) + " |", "|---|" + "---|" * len(shown)]
+    for compression, results in out["by_compression"].items():
+        lines.append(f"| {compression}× | " + " | ".join(_cell(results[s], dense) for s in shown) + " |")
+    return "\n".join(lines) + "\n\nTest AUC (against dense), test log loss, the compressed tables' parameters.\n"
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,35 @@
+"""benchmarks/quality/compress_dlrm: a trained DLRM's tables compressed end to end on a few MovieLens batches."""
+
+import json
+
+import pytest
+import torch
+
+pytest.importorskip("torchrec")
+
+from benchmarks.quality import compress_dlrm  # noqa: E402
+
+
+def test_a_low_rank_bag_is_the_bag_at_full_rank():
+    bag = torch.nn.EmbeddingBag(50, 6, mode="sum", include_last_offset=True, dtype=torch.float64)
+    ids, offsets = torch.tensor([3, 7, 7, 49, 0]), torch.tensor([0, 2, 2, 5])
+    low = compress_dlrm.LowRankEmbeddingBag(bag, rank=6)
+    torch.testing.assert_close(low(ids, offsets).double(), bag(ids, offsets), atol=1e-5, rtol=0)
+    assert [p.shape for p in low.cores] == [(50, 6), (6, 6)]
+
+
+def test_every_system_compresses_the_same_tables_from_the_trained_weights(tmp_path):
+    out = tmp_path / "dlrm.json"
+    result = compress_dlrm.main(["--check", "--cache", str(tmp_path / "cache"), "--out", str(out)])
+    assert json.loads(out.read_text()) == result
+    assert result["dense_steps"] == 4 and result["extra_steps"] == 1 and result["dense_ft"]["steps"] == 1
+    runs = result["by_compression"]["8"]
+    assert set(runs) == {"comera", "svd_ft", "prune_ft", "small"}
+    dense_tables = result["dense"]["table_parameters"]
+    assert all(run["table_parameters"] < dense_tables for run in runs.values())
+    assert runs["prune_ft"]["table_parameters"] == runs["comera"]["table_parameters"], "pruned to CoMERA's count"
+    assert abs(runs["svd_ft"]["table_parameters"] / runs["comera"]["table_parameters"] - 1) < 0.1
+    assert set(runs["svd_ft"]["ranks"]) == set(runs["comera"]["sizes"]) == {"t_user_id", "t_item_id", "t_zip_code"}
+    assert runs["small"]["embedding_dim"] < compress_dlrm.MODEL["embedding_dim"] and runs["small"]["steps"] == 5
+    assert "--out" not in result["command"] and "--cache" not in result["command"]
+    assert "| 8× |" in compress_dlrm.table(result)
