@@ -38,6 +38,9 @@ SCALING = "benchmarks.report.tables_scaling"
 PAIRS = tuple(f"compress_pairs{variant}{seed}.json" for variant in ("", "_trained_schedule", "_held_gates", "_gate_lr_2e-3", "_prune", "_distill")
               for seed in ("", "_seed1"))
 
+BERT = tuple(f"compress_pairs_bert{variant}{seed}.json" for variant in ("", "_core_steps_1") for seed in ("", "_seed1"))
+DLRM = tuple(f"compress_dlrm{variant}{seed}.json" for variant in ("", "_gate_lr_1e-3", "_tt_tables") for seed in ("", "_seed1"))
+
 PAGES = [
     Page("quality", "Quality from scratch", "How good is a model trained with CoMERA from random init, against dense, a "
          "dense model of its size and fixed ranks, at the budget users train for?", [
@@ -78,6 +81,19 @@ PAGES = [
                      "(tried, not kept), `compress_pairs_gate_lr_2e-3` a tenth of the gates' LR (tried), "
                      "`compress_pairs_prune` magnitude pruning to the weights CoMERA kept (its comera rows: the "
                      "defaults again), `compress_pairs_distill` the defaults with the trained model as teacher."),
+             Section("A trained Hugging Face BERT classifier compressed 8× and 32×", BERT, f"{OURS}:pairs_by_seed",
+                     "`python -m benchmarks.quality.compress_pairs --model bert`: `examples/huggingface.py`'s BERT (hidden "
+                     "128, 2 layers, AdamW 1e-3 with a cosine over each run) on the same pairs, 25 % extra steps; the "
+                     "mean of seeds 0 and 1. `compress_pairs_bert_core_steps_1`: CoMERA with `core_step_scale=1` (tried)."),
+             Section("A trained DLRM's tables (MovieLens-100K) compressed 4×, 8× and 32×", DLRM, f"{OURS}:dlrm_by_seed",
+                     "`python -m benchmarks.quality.compress_dlrm`: the users', items' and zip codes' tables (2,975 of "
+                     "3,028 rows, dim 16), 25 % extra steps; the mean of seeds 0 and 1. `compress_dlrm`: today's "
+                     "defaults (a trained TorchRec table starts as two factors, its truncated SVD); "
+                     "`compress_dlrm_gate_lr_1e-3`: the same with slower gates (`gate_lr=1e-3`, tried); "
+                     "`compress_dlrm_tt_tables`: the four-core TT-matrix tables of before (`embedding_num_cores=4`). "
+                     "At rank 1 two factors hold 2,975 + 3 × 16 parameters: 15.7× is as small as they get."),
+             Section("The same with 10 % extra steps, seed 0", ("compress_dlrm_extra10.json",), f"{OURS}:dlrm_by_seed",
+                     "`python -m benchmarks.quality.compress_dlrm --extra 0.1`: 156 extra steps."),
          ]),
     Page("speed_cpu", "Speed on CPU", "How fast is a CoMERA training step on a CPU, and what does it launch?", [
              Section("The paper's Transformer (6 encoders, d_model 768)", "transformer_speed.json",

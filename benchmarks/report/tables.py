@@ -134,27 +134,42 @@ def _mean(values: list[float]) -> float:
 def pairs_by_seed(results: dict[str, dict[str, Any]]) -> str:
     """Compressing a trained classifier (``compress_pairs`` files by name): each (file, system) row the mean over the
     seeds' files (``<stem>_seed1.json`` beside ``<stem>.json``), test accuracy and validation loss per compression."""
+    return _by_seed(results, (("test_acc", "accuracy"), ("val_loss", "val loss")), "validation loss")
+
+
+def dlrm_by_seed(results: dict[str, dict[str, Any]]) -> str:
+    """``pairs_by_seed`` for ``compress_dlrm`` files: test AUC, test loss and the compressed tables' parameters."""
+    return _by_seed(results, (("test_auc", "AUC"), ("test_loss", "loss"), ("table_parameters", "tables")), "test loss")
+
+
+def _by_seed(results: dict[str, dict[str, Any]], metrics: tuple[tuple[str, str], ...], second: str) -> str:
     groups: dict[str, list[dict[str, Any]]] = {}
     for source, result in results.items():
         groups.setdefault(source.removesuffix(".json").removesuffix("_seed1"), []).append(result)
     runs = list(results.values())
     dense = [r["dense"] for r in runs if "--systems" not in r["command"]]
     dense_ft = [r["dense_ft"] for r in runs if "dense_ft" in r]
+    (first, _), (loss, _) = metrics[:2]
     compressions = list(runs[0]["by_compression"])
-    lines = [f"Dense, trained {runs[0]['dense_steps']} steps: test accuracy {_mean([d['test_acc'] for d in dense]):.3f}, "
-             f"validation loss {_mean([d['val_loss'] for d in dense]):.3f}"
-             + (f"; + {runs[0]['extra_steps']} steps: {_mean([d['test_acc'] for d in dense_ft]):.3f}, "
-                f"{_mean([d['val_loss'] for d in dense_ft]):.3f}" if dense_ft else "") + f" ({len(dense)} seeds); "
+    mean = {key: (_cell(_mean([d[key] for d in dense]), key), _cell(_mean([d[key] for d in dense_ft]), key) if dense_ft else "")
+            for key in (first, loss)}
+    lines = [f"Dense, trained {runs[0]['dense_steps']:,} steps: test {metrics[0][1]} {mean[first][0]}, {second} {mean[loss][0]}"
+             + (f"; + {runs[0]['extra_steps']} steps: {mean[first][1]}, {mean[loss][1]}" if dense_ft else "")
+             + f" ({len(dense)} seed{'s' if len(dense) > 1 else ''}); "
              f"small: a narrower dense model from scratch for all {runs[0]['dense_steps'] + runs[0]['extra_steps']:,} steps.",
              "",
-             "| file | system | seeds | " + " | ".join(f"{c}×: accuracy, val loss" for c in compressions) + " |",
+             "| file | system | seeds | " + " | ".join(f"{c}×: " + ", ".join(name for _, name in metrics) for c in compressions) + " |",
              "|---|---|---|" + "---|" * len(compressions)]
     for stem, seeds in groups.items():
         for system in seeds[0]["by_compression"][compressions[0]]:
-            cells = [f"{_mean([r['by_compression'][c][system]['test_acc'] for r in seeds]):.3f}, "
-                     f"{_mean([r['by_compression'][c][system]['val_loss'] for r in seeds]):.3f}" for c in compressions]
+            cells = [", ".join(_cell(_mean([r["by_compression"][c][system][key] for r in seeds]), key) for key, _ in metrics)
+                     for c in compressions]
             lines.append(f"| `{stem}` | {system} | {len(seeds)} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def _cell(value: float, key: str) -> str:
+    return f"{value:,.0f}" if key.endswith("parameters") else f"{value:.4f}" if key == "test_auc" else f"{value:.3f}"
 
 
 def curves(results: dict[str, dict[str, Any]]) -> str:
