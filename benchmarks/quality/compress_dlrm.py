@@ -39,10 +39,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from benchmarks.probes import RESULTS, machine_basics, without_out, write_result
+from benchmarks.probes import machine_basics
 from benchmarks.quality.baselines import magnitude_prune_, nonzero_parameters
+from benchmarks.quality.compress_common import markdown, recorded_command, run_systems
 from benchmarks.quality.settings import _options, systems_of
-from benchmarks.quality.weights_cache import add_run_arguments, apply_check, load_or_train
+from benchmarks.quality.weights_cache import (
+    add_run_arguments,
+    apply_check,
+    load_or_train,
+)
 from comera_lightning import BudgetConfig, ComeraCallback, TensorizeConfig
 from comera_lightning.data.movielens import MovieLensClicksDataModule
 from comera_lightning.models.dlrm import DLRMClassifier
@@ -196,19 +201,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     per_epoch = len(data.train_dataloader())
     steps = args.epochs * (min(per_epoch, args.limit_batches) if args.limit_batches else per_epoch)
     extra = max(1, round(args.extra * steps))
-    command = [a for a in without_out(argv) if a != "--cache" and not a.startswith(str(args.cache))]
     out: dict[str, Any] = {
-        "benchmark": "compress_dlrm", "command": " ".join(["python -m benchmarks.quality.compress_dlrm", *command]),
+        "benchmark": "compress_dlrm", "command": recorded_command("benchmarks.quality.compress_dlrm", argv),
         "date": datetime.date.today().isoformat(), "machine": machine_basics(), "model": MODEL, "data": DATA,
         "min_rows": MIN_ROWS, "args": {k: v for k, v in vars(args).items() if k not in ("cache", "out")},
         "systems": systems, "dense_steps": steps, "extra_steps": extra}
-    state, out["dense"] = trained_dense(data, args, steps)
-    if "dense_ft" in systems:
-        out["dense_ft"], _ = fit("dense_ft", data, args, extra, state=state)
-    out["by_compression"] = {f"{c:g}": compress_at(data, args, systems, state, c, steps, extra)
-                             for c in (float(c) for c in args.compressions.split(",") if c)}
-    write_result(args.out or RESULTS / "compress_dlrm.json", out, table(out))
-    return out
+    return run_systems(out, args, systems, lambda: trained_dense(data, args, steps),
+                       lambda system, extra, state: fit(system, data, args, extra, state=state),
+                       lambda state, c: compress_at(data, args, systems, state, c, steps, extra), table, "compress_dlrm.json")
 
 
 def _cell(run: dict[str, Any], dense: dict[str, Any]) -> str:
@@ -220,16 +220,10 @@ def table(out: dict[str, Any]) -> str:
     """Test AUC (against the trained dense model), test loss and the compressed tables' parameters per system and
     compression (markdown), the dense model's above them."""
     dense = out["dense"]
-    lines = [f"DLRM on MovieLens-100K ({out['machine']['cpu']}, {out['date']}): `{out['command']}`", "",
-             f"dense trained {out['dense_steps']} steps: test AUC {dense['test_auc']:.4f}, loss {dense['test_loss']:.4f},"
-             f" compressed tables {dense['table_parameters']:,} parameters"
-             + (f"; dense + {out['extra_steps']} extra steps: {_cell(out['dense_ft'], dense)}" if "dense_ft" in out else ""),
-             ""]
-    shown = [s for s in SYSTEMS if s != "dense_ft" and s in out["systems"] + ["comera"]]
-    lines += ["| compression | " + " | ".join(shown) + " |", "|---|" + "---|" * len(shown)]
-    for compression, results in out["by_compression"].items():
-        lines.append(f"| {compression}× | " + " | ".join(_cell(results[s], dense) for s in shown) + " |")
-    return "\n".join(lines) + "\n\nTest AUC (against dense), test log loss, the compressed tables' parameters.\n"
+    return markdown(out, SYSTEMS, "DLRM on MovieLens-100K",
+                    f"dense trained {out['dense_steps']} steps: test AUC {dense['test_auc']:.4f}, loss "
+                    f"{dense['test_loss']:.4f}, compressed tables {dense['table_parameters']:,} parameters", _cell,
+                    "Test AUC (against dense), test log loss, the compressed tables' parameters.")
 
 
 if __name__ == "__main__":

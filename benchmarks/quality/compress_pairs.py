@@ -38,13 +38,22 @@ from typing import Any
 import lightning as L
 import torch
 
-from benchmarks.probes import RESULTS, machine_basics, without_out, write_result
-from benchmarks.quality.baselines import kept_weights, magnitude_prune_, nonzero_parameters
+from benchmarks.probes import machine_basics
+from benchmarks.quality.baselines import (
+    kept_weights,
+    magnitude_prune_,
+    nonzero_parameters,
+)
+from benchmarks.quality.compress_common import markdown, recorded_command, run_systems
 from benchmarks.quality.models import svd_factors_, svd_ranks_of
 from benchmarks.quality.pair_models import PAIR_MODELS
 from benchmarks.quality.pairs_frontier import DATA
 from benchmarks.quality.settings import _options, systems_of
-from benchmarks.quality.weights_cache import add_run_arguments, apply_check, load_or_train
+from benchmarks.quality.weights_cache import (
+    add_run_arguments,
+    apply_check,
+    load_or_train,
+)
 from comera_lightning import BudgetConfig, ComeraCallback, TensorizeConfig
 from comera_lightning.data.pairs import SentencePairDataModule
 
@@ -167,21 +176,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     data.setup("fit")
     steps = dense_steps(data, args)
     extra = max(1, round(args.extra * steps))
-    given = without_out(argv)
-    command = [a for i, a in enumerate(given) if not a.startswith("--cache") and (i == 0 or given[i - 1] != "--cache")]
     out: dict[str, Any] = {
-        "benchmark": "compress_pairs", "command": " ".join(["python -m benchmarks.quality.compress_pairs", *command]),
+        "benchmark": "compress_pairs", "command": recorded_command("benchmarks.quality.compress_pairs", argv),
         "date": datetime.date.today().isoformat(), "machine": machine_basics(),
         "model_kind": args.model, "model": PAIR_MODELS[args.model].settings, "data": DATA,
         "args": {k: v for k, v in vars(args).items() if k not in ("cache", "out")}, "systems": systems,
         "dense_steps": steps, "extra_steps": extra}
-    state, out["dense"] = trained_dense(data, args, steps)
-    if "dense_ft" in systems:
-        out["dense_ft"], _ = fit("dense_ft", data, args, extra, state=state)
-    out["by_compression"] = {f"{c:g}": compress_at(data, args, systems, state, c, steps, extra)
-                             for c in (float(c) for c in args.compressions.split(",") if c)}
-    write_result(args.out or RESULTS / "compress_pairs.json", out, table(out))
-    return out
+    return run_systems(out, args, systems, lambda: trained_dense(data, args, steps),
+                       lambda system, extra, state: fit(system, data, args, extra, state=state),
+                       lambda state, c: compress_at(data, args, systems, state, c, steps, extra), table, "compress_pairs.json")
 
 
 def _cell(run: dict[str, Any], dense: dict[str, Any]) -> str:
@@ -193,17 +196,11 @@ def table(out: dict[str, Any]) -> str:
     """Test accuracy (points against the trained dense model), validation loss and parameters per system and
     compression (markdown), the dense model's above them."""
     dense = out["dense"]
-    lines = [f"Sentence-pair {out.get('model_kind', 'transformer')} ({out['machine']['cpu']}, {out['date']}): `{out['command']}`", "",
-             f"dense trained {out['dense_steps']} steps: test acc {dense['test_acc']:.4f}, val loss {dense['val_loss']:.4f},"
-             f" {dense['parameters']:,} parameters"
-             + (f"; dense + {out['extra_steps']} extra steps: {_cell(out['dense_ft'], dense)}" if "dense_ft" in out else ""),
-             ""]
-    shown = [s for s in SYSTEMS if s != "dense_ft" and s in out["systems"] + ["comera"]]
-    lines += ["| compression | " + " | ".join(shown) + " |", "|---|" + "---|" * len(shown)]
-    for compression, results in out["by_compression"].items():
-        lines.append(f"| {compression}× | " + " | ".join(_cell(results[s], dense) for s in shown) + " |")
-    return "\n".join(lines) + ("\n\nTest accuracy (points against dense), validation loss, the whole model's parameters; "
-                               "small: dense at a smaller d_model, trained from scratch for all the steps.\n")
+    return markdown(out, SYSTEMS, f"Sentence-pair {out.get('model_kind', 'transformer')}",
+                    f"dense trained {out['dense_steps']} steps: test acc {dense['test_acc']:.4f}, val loss "
+                    f"{dense['val_loss']:.4f}, {dense['parameters']:,} parameters", _cell,
+                    "Test accuracy (points against dense), validation loss, the whole model's parameters; small: dense "
+                    "at a smaller d_model, trained from scratch for all the steps.")
 
 
 if __name__ == "__main__":

@@ -7,8 +7,9 @@ full ``width``, and the head count that a narrower width must be a multiple of.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import lightning as L
 import torch

@@ -69,6 +69,12 @@ PAGES = [
                      ("late_stage_llama-64x4_watch.json", "late_stage_llama-64x4_before_watch.json"), f"{OURS}:curves",
                      "`python -m benchmarks.quality --models llama:64:4 --systems comera --steps 1344`: two thirds early "
                      "(the switch after the validation at step 840), then the budget's late stage."),
+             Section("From scratch: the late stage of a byte Llama (width 64) at 4×, 20 tokens per parameter",
+                     ("late_stage_byte_llama-64x4.json",), f"{OURS}:curves",
+                     "`python -m benchmarks.quality --models llama:64:4 --systems comera --tokens-per-param 20 "
+                     "--vocab-size 261` (bytes of Python source, warm-up + cosine): two thirds early (the switch after "
+                     "the fifth validation), then the budget's late stage. The issue's byte Llama measured +5.5 % at "
+                     "the end of its late stage."),
              Section("A trained Llama, width 64, compressed 2× and 4×", "compress_llama-64x4.json", f"{OURS}:compress_runs",
                      "`python -m benchmarks.quality.compress` at each `--ft-lr`; 268 extra steps (25 %). The guide: "
                      "[Compress a trained model](../COMPRESS.md)."),

@@ -36,6 +36,7 @@ from comera_lightning.optim.gates import GateOptimizer
 from comera_lightning.rank import beside_cores, compression_stats, tt_layers
 from comera_lightning.schedule import BudgetConfig, ComeraObjective, LossTarget, StageSchedule
 from comera_lightning.tensorize import skipped_layers, tensorize
+from comera_lightning.tensorize.build import pin_trained_tables
 from comera_lightning.tensorize.config import TensorizeConfig
 
 __all__ = ["ComeraCallback", "DistillConfig"]
@@ -267,7 +268,7 @@ def _tensorize_module(pl_module: pl.LightningModule, config: TensorizeConfig, ob
     budget.end_size(0.0, compression_stats(pl_module), beside_cores(layers))  # a budget out of reach fails now
     objective.end_size = functools.partial(_budget_end_size, budget, pl_module, layers)  # picklable (ddp_spawn)
     install_checkpoint_loading(type(pl_module))
-    return caps.pinned(report.swapped)
+    return pin_trained_tables(caps, report.swapped)
 
 
 def _budget_end_size(budget: BudgetConfig, pl_module: pl.LightningModule, layers: list, size_at_switch: float) -> float:

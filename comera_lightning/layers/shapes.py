@@ -181,3 +181,19 @@ def bond_rank_caps(core_sizes: Sequence[int], max_rank: int | Sequence[int]) -> 
         left, right = prod(core_sizes[: k + 1]), prod(core_sizes[k + 1 :])
         ranks.append(min(left, right, cap))
     return tuple(ranks)
+
+
+def table_modes(num_rows: int, dim: int, num_cores: int, row_modes: Sequence[int] | None,
+                col_modes: Sequence[int] | None) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """A TT table's (row modes, column modes): the ones given (checked), else ``num_cores`` balanced factors of each
+    side; one core is the table as two factors, ``(num_rows, 1)`` × ``(1, dim)``."""
+    if num_cores == 1 and row_modes is None and col_modes is None:
+        return (num_rows, 1), (1, dim)
+    row_modes = tuple(row_modes) if row_modes is not None else factorize(num_rows, num_cores)
+    col_modes = tuple(col_modes) if col_modes is not None else balance_halves(factorize(dim, len(row_modes)))
+    if len(row_modes) != len(col_modes):
+        raise ValueError(f"row_modes {row_modes} and col_modes {col_modes} must have the same length.")
+    if prod(row_modes) < num_rows or prod(col_modes) < dim or min(row_modes + col_modes) < 1:
+        raise ValueError(f"row_modes {row_modes} must multiply to >= {num_rows} and col_modes {col_modes} to >= {dim}, "
+                         "all positive.")
+    return row_modes, col_modes

@@ -14,7 +14,7 @@ from comera_lightning.layers.hot_rows import HotRowIndex, IdCounter, default_cac
 from comera_lightning.layers.inference_cache import caching_allowed
 from comera_lightning.layers.interface import LayerSummary, format_modes
 from comera_lightning.layers.kernels import fused_kernels_apply, two_factor_bags, two_factor_rows
-from comera_lightning.layers.shapes import balance_halves, bond_rank_caps, cheapest, factorize, prod
+from comera_lightning.layers.shapes import bond_rank_caps, cheapest, prod, table_modes
 from comera_lightning.layers.table_serving import TableServing
 from comera_lightning.layers.tt_rows import (chain_cost_per_id, chain_rows, check_ids, grouped_chain_rows, grouped_cost_per_id,
                                              ids_are_checkable)
@@ -30,9 +30,8 @@ class TTEmbedding(TTModule):
 
     Cores are ``(r_{k-1}, n_k, m_k, r_k)`` with row modes ``n`` (``∏n ≥ num_embeddings``, padded
     when the vocabulary factorises badly) and column modes ``m`` (``∏m ≥ embedding_dim``).
-    ``num_cores=1`` is the table as two factors, as ``num_cores=1`` is for ``TTLinear``: row modes
-    ``(num_embeddings, 1)``, column modes ``(1, embedding_dim)`` — a rows × rank matrix times a rank × dim
-    one, whose best start from a trained table is its truncated SVD.
+    ``num_cores=1`` is the table as two factors (rows × rank, rank × dim), as for ``TTLinear``: from a
+    trained table, its truncated SVD.
     Two lookups (``lookup="auto"`` takes the one with fewer multiply-adds for each call):
 
     * ``"tables"``: the cores left and right of a split bond are contracted into two small tables
@@ -84,17 +83,7 @@ class TTEmbedding(TTModule):
             if not -num_embeddings <= padding_idx < num_embeddings:
                 raise ValueError(f"padding_idx={padding_idx} is outside the table of {num_embeddings} rows.")
             padding_idx %= num_embeddings
-        if num_cores == 1 and row_modes is None and col_modes is None:
-            row_modes, col_modes = (num_embeddings, 1), (1, embedding_dim)
-        row_modes = tuple(row_modes) if row_modes is not None else factorize(num_embeddings, num_cores)
-        col_modes = tuple(col_modes) if col_modes is not None else balance_halves(factorize(embedding_dim, len(row_modes)))
-        if len(row_modes) != len(col_modes):
-            raise ValueError(f"row_modes {row_modes} and col_modes {col_modes} must have the same length.")
-        if prod(row_modes) < num_embeddings or prod(col_modes) < embedding_dim or min(row_modes + col_modes) < 1:
-            raise ValueError(
-                f"row_modes {row_modes} must multiply to >= {num_embeddings} and col_modes {col_modes} to "
-                f">= {embedding_dim}, all positive."
-            )
+        row_modes, col_modes = table_modes(num_embeddings, embedding_dim, num_cores, row_modes, col_modes)
         sizes = [n * m for n, m in zip(row_modes, col_modes)]
         super().__init__(
             list(zip(row_modes, col_modes)), bond_rank_caps(sizes, max_rank),

@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import torch
 from torch import nn
 
 from comera_lightning.layers import TensorizedModule
-from comera_lightning.tensorize.config import DEFAULT_EMBEDDING_RANK, TensorizeConfig
+from comera_lightning.tensorize.config import DEFAULT_EMBEDDING_RANK, TRAINED_TABLE_CORES, TensorizeConfig
 from comera_lightning.tensorize.registry import Converter
 from comera_lightning.tensorize.rules import overrides_for
 
-__all__ = ["build_layer", "resolve_rank"]
+__all__ = ["build_layer", "pin_trained_tables", "resolve_rank"]
 
 
 def build_layer(name: str, module: nn.Module, converter: Converter, config: TensorizeConfig,
@@ -53,3 +54,20 @@ def _table_width(module: nn.Module) -> int | None:
     """The narrowest table's dim of a TorchRec collection (``embedding_bag_configs``), else None."""
     configs = module.embedding_bag_configs() if hasattr(module, "embedding_bag_configs") else []
     return min((c.embedding_dim for c in configs), default=None)
+
+
+def pin_trained_tables(config: TensorizeConfig, swapped: Iterable[Any]) -> TensorizeConfig:
+    """``config`` with what ``init`` decided written into ``layer_config``: the TorchRec collections of ``swapped`` (a
+    report's records) as two factors at the ranks they started with when ``init="svd"``, so that a checkpoint's record
+    rebuilds the same layers under another ``init``."""
+    if config.init != "svd" or config.embedding_num_cores is not None:
+        return config
+    given = config.layer_config or {}
+    pins = {}
+    for record in swapped:
+        overrides = overrides_for(record.name, given)
+        if record.kind == "ebc" and "num_cores" not in overrides:
+            ranked = "max_rank" in overrides or config.embedding_max_rank is not None or config.max_rank is not None
+            pins[record.name] = {**overrides, "num_cores": TRAINED_TABLE_CORES,
+                                 **({} if ranked else {"max_rank": max(record.ranks)})}
+    return config.replace(layer_config={**given, **pins}) if pins else config

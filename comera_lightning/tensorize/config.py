@@ -116,24 +116,6 @@ class TensorizeConfig:
             raise TypeError(f"unknown tensorize option(s) {sorted(unknown)}; valid: {self.option_names()}.")
         return dataclasses.replace(self, **changes) if changes else self
 
-    def pinned(self, swapped: Iterable[Any]) -> TensorizeConfig:
-        """This config with what ``init`` decided written into ``layer_config`` (the TorchRec collections of
-        ``swapped``, a report's records, as two factors at the ranks they started with when ``init="svd"``), so that
-        a checkpoint's record rebuilds the same layers under another ``init``."""
-        from comera_lightning.tensorize.rules import overrides_for  # (rules builds on this module)
-
-        if self.init != "svd" or self.embedding_num_cores is not None:
-            return self
-        given = self.layer_config or {}
-        pins = {}
-        for record in swapped:
-            overrides = overrides_for(record.name, given)
-            if record.kind == "ebc" and "num_cores" not in overrides:
-                ranked = "max_rank" in overrides or self.embedding_max_rank is not None or self.max_rank is not None
-                pins[record.name] = {**overrides, "num_cores": TRAINED_TABLE_CORES,
-                                     **({} if ranked else {"max_rank": max(record.ranks)})}
-        return self.replace(layer_config={**given, **pins}) if pins else self
-
     def to_dict(self) -> dict[str, Any]:
         """Plain values (what a checkpoint records)."""
         return dataclasses.asdict(self)

@@ -7,7 +7,7 @@ import torch
 
 pytest.importorskip("torchrec")
 
-from benchmarks.quality import compress_dlrm  # noqa: E402
+from benchmarks.quality import compress_dlrm
 
 
 def test_a_low_rank_bag_is_the_bag_at_full_rank():

@@ -11,6 +11,7 @@ from torchrec.models.dlrm import DLRM  # noqa: E402
 
 from comera_lightning import TensorizeConfig, TTEmbedding, TTEmbeddingBagCollection, tensorize, to_dense  # noqa: E402
 from comera_lightning.checkpoint import restore_tensorized  # noqa: E402
+from comera_lightning.tensorize.build import pin_trained_tables  # noqa: E402
 
 FULL_RANK = 10**6
 
@@ -244,7 +245,7 @@ def test_a_checkpoint_of_trained_tables_rebuilds_them_as_they_were_written():
     report = tensorize(model, config)
     state = model.state_dict()
     fresh = _dlrm(num_rows=1500)  # what load_from_checkpoint does: the callback's record (pinned), under init="random"
-    assert restore_tensorized(fresh, {"comera": {"tensorize": config.pinned(report.swapped).to_dict()}, "state_dict": state})
+    assert restore_tensorized(fresh, {"comera": {"tensorize": pin_trained_tables(config, report.swapped).to_dict()}, "state_dict": state})
     fresh.load_state_dict(state)
     kjt = KeyedJaggedTensor(keys=["f0", "f1"], values=torch.tensor([1, 1499, 7, 3]), lengths=torch.tensor([1, 2, 0, 1]))
     dense = torch.randn(2, 4)
