@@ -81,7 +81,7 @@ PAGES = [
              Section("The same, seed 1 (its own dense model), at LR 3e-3", "compress_llama-64x4_seed1.json",
                      f"{OURS}:compress_runs"),
              Section("A trained GPT-2 (BPE, width 64) compressed 2× and 4×", "compress_gpt2-64x4.json",
-                     "benchmarks.quality.compress:table",
+                     f"{OURS}:compress_runs",
                      "`python -m benchmarks.quality.compress --model gpt2:64:4 --ft-lr 3e-3`: Hugging Face GPT-2 from its "
                      "config (Conv1D layers, untied head), trained dense 1,080 steps, then 268 more (25 %); seed 0."),
              Section("A trained sentence-pair classifier compressed 8× and 32×", PAIRS, f"{OURS}:pairs_by_seed",
