@@ -4,8 +4,11 @@ recorded, every system's runs from the trained weights, and the markdown table w
 from __future__ import annotations
 
 import argparse
+import time
 from collections.abc import Callable
 from typing import Any
+
+import lightning as L
 
 from benchmarks.probes import RESULTS, without_out, write_result
 
@@ -45,3 +48,16 @@ def run_systems(out: dict[str, Any], args: argparse.Namespace, systems: list[str
     out["by_compression"] = {f"{c:g}": compress_at(state, c) for c in (float(c) for c in args.compressions.split(",") if c)}
     write_result(args.out or RESULTS / default_name, out, table(out))
     return out
+
+
+def quiet_fit(model: L.LightningModule, data: L.LightningDataModule, steps: int, callbacks: list[Any],
+              limit: int | None) -> tuple[L.Trainer, float]:
+    """A quiet Trainer of ``steps`` (at least 1, so that it can evaluate; ``limit`` batches per epoch and per
+    evaluation) that fits ``model`` when ``steps``: (the trainer, the fit's seconds)."""
+    trainer = L.Trainer(max_steps=max(steps, 1), callbacks=callbacks, logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
+                        limit_train_batches=limit, limit_val_batches=limit, limit_test_batches=limit)
+    started = time.perf_counter()
+    if steps:
+        trainer.fit(model, datamodule=data)
+    return trainer, time.perf_counter() - started

@@ -31,7 +31,6 @@ import datetime
 import hashlib
 import json
 import sys
-import time
 from typing import Any
 
 import lightning as L
@@ -41,7 +40,12 @@ from torch import nn
 
 from benchmarks.probes import machine_basics
 from benchmarks.quality.baselines import magnitude_prune_, nonzero_parameters
-from benchmarks.quality.compress_common import markdown, recorded_command, run_systems
+from benchmarks.quality.compress_common import (
+    markdown,
+    quiet_fit,
+    recorded_command,
+    run_systems,
+)
 from benchmarks.quality.settings import _options, systems_of
 from benchmarks.quality.weights_cache import (
     add_run_arguments,
@@ -132,14 +136,7 @@ def fit(system: str, data: MovieLensClicksDataModule, args: argparse.Namespace, 
         tensorize = TensorizeConfig(init="svd", target_modules=[COLLECTION], layer_config={COLLECTION: {"min_rows": MIN_ROWS}},
                                     **_options(args.tensorize))
         callbacks = [ComeraCallback(tensorize=tensorize, budget=BudgetConfig(compression=compression), **_options(args.callback))]
-    limit = args.limit_batches
-    trainer = L.Trainer(max_steps=max(steps, 1), callbacks=callbacks, logger=False, enable_checkpointing=False,
-                        enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
-                        limit_train_batches=limit, limit_val_batches=limit, limit_test_batches=limit)
-    started = time.perf_counter()
-    if steps:
-        trainer.fit(model, datamodule=data)
-    seconds = time.perf_counter() - started
+    trainer, seconds = quiet_fit(model, data, steps, callbacks, args.limit_batches)
     tested = trainer.test(model, datamodule=data, verbose=False)[0]
     result = {"system": system, "embedding_dim": embedding_dim, "table_parameters": table_parameters(model),
               "parameters": nonzero_parameters(model), "steps": trainer.global_step,

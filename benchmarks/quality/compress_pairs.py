@@ -32,7 +32,6 @@ import datetime
 import hashlib
 import json
 import sys
-import time
 from typing import Any
 
 import lightning as L
@@ -44,7 +43,12 @@ from benchmarks.quality.baselines import (
     magnitude_prune_,
     nonzero_parameters,
 )
-from benchmarks.quality.compress_common import markdown, recorded_command, run_systems
+from benchmarks.quality.compress_common import (
+    markdown,
+    quiet_fit,
+    recorded_command,
+    run_systems,
+)
 from benchmarks.quality.models import svd_factors_, svd_ranks_of
 from benchmarks.quality.pair_models import PAIR_MODELS
 from benchmarks.quality.pairs_frontier import DATA
@@ -106,14 +110,7 @@ def fit(system: str, data: SentencePairDataModule, args: argparse.Namespace, ste
     options = _options(args.callback)
     callbacks = [ComeraCallback(tensorize=TensorizeConfig(init="svd", **_options(args.tensorize)), budget=budget,
                                 **options)] if budget is not None else []
-    limit = args.limit_batches
-    trainer = L.Trainer(max_steps=max(steps, 1), callbacks=callbacks, logger=False, enable_checkpointing=False,
-                        enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
-                        limit_train_batches=limit, limit_val_batches=limit, limit_test_batches=limit)
-    started = time.perf_counter()
-    if steps:
-        trainer.fit(model, datamodule=data)
-    seconds = time.perf_counter() - started
+    trainer, seconds = quiet_fit(model, data, steps, callbacks, args.limit_batches)
     validation = float(trainer.validate(model, datamodule=data, verbose=False)[0]["val/loss"])
     tested = float(trainer.test(model, datamodule=data, verbose=False)[0]["test/acc"])
     result = {"system": system, "d_model": d_model, "parameters": nonzero_parameters(model), "steps": trainer.global_step,

@@ -93,7 +93,9 @@ class CoreStepScale:
         self.detach()
         by_scale: dict[float, list[tuple[nn.Module, list[int]]]] = {}
         for layer in layers:
-            by_scale.setdefault(self.scale_for(layer), []).append((layer, self.cores_to_stretch(layer)))
+            indices = self.cores_to_stretch(layer)
+            if indices:  # a layer with nothing to stretch (a two-factor table) costs no step nothing
+                by_scale.setdefault(self.scale_for(layer), []).append((layer, indices))
         counted = [(scale, members, sum(len(indices) for _, indices in members)) for scale, members in by_scale.items()]
         self._groups = [group for group in counted if group[0] != 1.0 and group[2]]
         if not self._groups:
