@@ -10,10 +10,11 @@ from torch import nn
 
 from comera_lightning.layers import TensorizedModule
 from comera_lightning.tensorize.config import DEFAULT_EMBEDDING_RANK, TRAINED_TABLE_CORES, TensorizeConfig
+from comera_lightning.tensorize.converters import token_table_cores
 from comera_lightning.tensorize.registry import Converter
 from comera_lightning.tensorize.rules import overrides_for
 
-__all__ = ["build_layer", "pin_trained_tables", "resolve_rank"]
+__all__ = ["build_layer", "pin_trained_tables", "resolve_rank", "resolve_table_cores"]
 
 
 def build_layer(name: str, module: nn.Module, converter: Converter, config: TensorizeConfig,
@@ -28,7 +29,7 @@ def build_layer(name: str, module: nn.Module, converter: Converter, config: Tens
     defaults = converter.defaults(config)
     if vocabulary_head:
         defaults["rank_fraction"] = config.head_rank_fraction
-    options = resolve_rank({**defaults, **overrides}, module)
+    options = resolve_rank(resolve_table_cores({**defaults, **overrides}, module), module)
     try:
         built = converter.build(module, options)
     except ValueError as err:
@@ -36,6 +37,13 @@ def build_layer(name: str, module: nn.Module, converter: Converter, config: Tens
     if vocabulary_head:
         built.vocabulary_layer = True  # its columns are tokens: its cores take longer steps (optim/core_steps.py)
     return built
+
+
+def resolve_table_cores(options: dict[str, Any], module: nn.Module) -> dict[str, Any]:
+    """``num_cores`` None (a trained table whose layout is not given): ``token_table_cores`` of the module's shape."""
+    if "num_cores" in options and options["num_cores"] is None:
+        options["num_cores"] = token_table_cores(module.num_embeddings, module.embedding_dim)
+    return options
 
 
 def resolve_rank(options: dict[str, Any], module: nn.Module) -> dict[str, Any]:
@@ -57,16 +65,18 @@ def _table_width(module: nn.Module) -> int | None:
 
 
 def pin_trained_tables(config: TensorizeConfig, swapped: Iterable[Any]) -> TensorizeConfig:
-    """``config`` with what ``init`` decided written into ``layer_config``: the TorchRec collections of ``swapped`` (a
-    report's records) as two factors at the ranks they started with when ``init="svd"``, so that a checkpoint's record
-    rebuilds the same layers under another ``init``."""
+    """``config`` with what ``init`` decided written into ``layer_config``: the tables of ``swapped`` (a report's
+    records) that ``init="svd"`` made two factors (every TorchRec collection, the tall token tables:
+    ``converters.token_table_cores``), at the ranks they started with, so that a checkpoint's record rebuilds the same
+    layers under another ``init``."""
     if config.init != "svd" or config.embedding_num_cores is not None:
         return config
     given = config.layer_config or {}
     pins = {}
     for record in swapped:
         overrides = overrides_for(record.name, given)
-        if record.kind == "ebc" and "num_cores" not in overrides:
+        two_factors = record.kind == "ebc" or (record.kind == "embedding" and token_table_cores(*record.shape) == TRAINED_TABLE_CORES)
+        if two_factors and "num_cores" not in overrides:
             ranked = "max_rank" in overrides or config.embedding_max_rank is not None or config.max_rank is not None
             pins[record.name] = {**overrides, "num_cores": TRAINED_TABLE_CORES,
                                  **({} if ranked else {"max_rank": max(record.ranks)})}

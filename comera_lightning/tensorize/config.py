@@ -51,8 +51,9 @@ class TensorizeConfig:
         num_cores: cores per side of a linear layer (or ``[input cores, output cores]``); 1: a gated
             low-rank product, 3: the paper's six-core trains (docs/METHOD.md §1.1).
         embedding_num_cores: cores of an embedding table; 1: two factors (rows × rank, rank × dim), as ``num_cores=1``
-            is for linears; None: 2 for an ``nn.Embedding`` (a two-core TT-matrix), 4 for TorchRec tables, or 1 for
-            TorchRec tables with ``init="svd"`` (a trained table starts as its truncated SVD).
+            is for linears; None: 2 for an ``nn.Embedding`` (a two-core TT-matrix), 4 for TorchRec tables, or 1 with
+            ``init="svd"`` for TorchRec tables and for ``nn.Embedding`` tables with at least 32 rows per column (a
+            trained table starts as its truncated SVD; ``converters.TALL_TABLE_ROWS_PER_COLUMN``).
         init: ``"random"`` (variance of the layer replaced), ``"paper"`` (docs/METHOD.md §1.1) or
             ``"svd"`` (TT-SVD of the current weights, for pretrained models).
         layer_config: per-layer overrides, ``{rule: {option: value}}``; a rule is a name, a dotted

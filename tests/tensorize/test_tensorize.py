@@ -2,7 +2,9 @@ import pytest
 import torch
 from torch import nn
 
-from comera_lightning import TTEmbedding, TTLinear, tensorize, to_dense
+from comera_lightning import TensorizeConfig, TTEmbedding, TTLinear, tensorize, to_dense
+from comera_lightning.checkpoint import restore_tensorized
+from comera_lightning.tensorize.build import pin_trained_tables
 
 
 class Block(nn.Module):
@@ -109,6 +111,35 @@ def test_a_token_table_is_two_factors_when_asked_and_else_a_tt_matrix_even_from_
         model = Tiny()
         tensorize(model, init=init, embedding_max_rank=8)
         assert model.embed.row_modes != (1000, 1) and len(model.embed.cores) == 2
+
+
+class TallTable(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(1024, 16)  # 64 rows per column: tall
+        self.ffn = nn.Linear(16, 64)
+
+    def forward(self, ids):
+        return self.ffn(self.embed(ids))
+
+
+def test_a_tall_trained_token_table_starts_as_two_factors_and_a_checkpoint_rebuilds_it():
+    config = TensorizeConfig(init="svd", embedding_max_rank=4, min_compression=0)
+    model = TallTable()
+    report = tensorize(model, config)
+    assert model.embed.row_modes == (1024, 1) and model.embed.ranks == (4,)
+    state = model.state_dict()
+    fresh = TallTable()  # what load_from_checkpoint does: the callback's record (pinned), under init="random"
+    assert restore_tensorized(fresh, {"comera": {"tensorize": pin_trained_tables(config, report.swapped).to_dict()}, "state_dict": state})
+    fresh.load_state_dict(state)
+    ids = torch.randint(0, 1024, (3, 5))
+    torch.testing.assert_close(fresh(ids), model(ids))
+    chosen = [config.replace(init="random"), config.replace(embedding_num_cores=2),
+              config.replace(layer_config={"embed": {"num_cores": 2}})]
+    for other in chosen:  # from scratch, or a layout asked for: the TT-matrix
+        model = TallTable()
+        tensorize(model, other)
+        assert model.embed.row_modes != (1024, 1) and len(model.embed.cores) == 2
 
 
 def test_random_init_matches_the_scale_of_the_replaced_layer():
