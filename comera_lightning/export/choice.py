@@ -2,8 +2,9 @@
 
 ``prefer="size"`` (the default) keeps what was trained compressed: the smallest stored form. A
 ``TTLinear`` keeps its cores, or its two factors where those are no larger (with one core per side
-the factors are the cores, and need no contraction per call); a ``TTEmbedding`` keeps its cores;
-either becomes dense only where dense is smaller. No hot rows unless ``hot_rows`` asks for them.
+the factors are the cores, and need no contraction per call); a ``TTEmbedding`` keeps its cores (a two-factor
+table: its factors, ``forms.FactorsEmbedding``, one gather and one product per id instead of the chain's half-dozen
+small ops); either becomes dense only where dense is smaller. No hot rows unless ``hot_rows`` asks for them.
 
 ``prefer="speed"`` expands where that measured faster (docs/INFERENCE_MEASURED.md, "Size or speed"): a
 ``TTLinear`` keeps its cores only where re-contracting them costs at most ``CONTRACTION_SHARE`` of
@@ -31,11 +32,12 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-from comera_lightning.export.forms import CoresEmbedding, CoresLinear, factors_linear
+from comera_lightning.export.forms import CoresEmbedding, CoresLinear, FactorsEmbedding, factors_linear
 from comera_lightning.export.report import format_bytes, module_bytes, tensor_bytes
 from comera_lightning.layers import TTEmbedding, TTLinear
 from comera_lightning.layers.contraction import chain_cost
 from comera_lightning.layers.hot_rows import HotRowIndex
+from comera_lightning.layers.shapes import is_two_factor_table
 from comera_lightning.layers.tt_rows import chain_cost_per_id
 
 __all__ = ["CONTRACTION_SHARE", "PREFER", "Chosen", "check_choice", "embedding_form", "linear_form"]
@@ -133,6 +135,10 @@ def embedding_form(layer: TTEmbedding, prefer: str = "size", hot_rows: bool | in
         if stored >= dense:
             what = f"{kept} and hot rows" if form.num_hot_rows else kept
             return Chosen(layer.to_embedding(), "dense", f"smallest: dense {format_bytes(dense)} <= {what} {format_bytes(stored)}")
+    if not form.num_hot_rows and not form.miss_tables and not form.dead and is_two_factor_table(layer.row_modes, layer.col_modes):
+        factors = FactorsEmbedding(layer)
+        return Chosen(factors, "factors", f"two factors {format_bytes(module_bytes(factors))}, dense {format_bytes(dense)}: "
+                      "an id's row is one gather and one product")
     if form.num_hot_rows:
         cache = tensor_bytes([form.tags, form.position, form.hot_rows])
         why = f"{kept} {format_bytes(stored - cache)} + hot rows and their index {format_bytes(cache)} < dense {format_bytes(dense)}"

@@ -6,6 +6,8 @@ exported program needs torch alone:
 * ``CoresLinear``: a ``TTLinear``'s **cores** (dead ranks sliced out, gates folded in), contracted on
   every call into the two factors of the bond between input and output cores, applied as two matmuls;
 * ``FactorsLinear``: those **two factors** stored contracted (``nn.Linear(in, r)`` then ``nn.Linear(r, out)``);
+* ``FactorsEmbedding``: a two-factor ``TTEmbedding``'s factors (rows × rank, rank × dim), an id's row one gather and
+  one small product, as a plain low-rank table serves it;
 * ``CoresEmbedding``: a ``TTEmbedding``'s **cores**, plus **hot rows** when asked for: a hot id is a hash
   lookup and a gather, any other id the product of its core slices; or (``miss_tables``) its two **half
   tables** instead of the cores: a miss is then one product of their rows, as the eager layer serves it
@@ -27,7 +29,7 @@ from comera_lightning.layers.miss_rows import StackedHalfTables, half_table_rows
 from comera_lightning.layers.shapes import prod
 from comera_lightning.layers.tt_rows import chain_rows
 
-__all__ = ["CoresEmbedding", "CoresLinear", "FactorsLinear", "factors_linear"]
+__all__ = ["CoresEmbedding", "CoresLinear", "FactorsEmbedding", "FactorsLinear", "factors_linear"]
 
 
 class CoresLinear(nn.Module):
@@ -144,3 +146,21 @@ class CoresEmbedding(nn.Module):
         if self.padding_idx is not None:
             rows = rows * (flat != self.padding_idx).unsqueeze(1).to(rows.dtype)
         return rows.reshape(*ids.shape, self.embedding_dim)
+
+
+class FactorsEmbedding(nn.Module):
+    """A two-factor ``TTEmbedding`` (``shapes.is_two_factor_table``) as its factors, gates folded in: ``left[ids] @ right``."""
+
+    def __init__(self, layer: TTEmbedding) -> None:
+        super().__init__()
+        first, second = (c.detach() for c in layer.gated_cores())
+        rank = first.shape[-1]
+        self.left = nn.Parameter(first.reshape(-1, rank)[: layer.num_embeddings].clone(), requires_grad=False)
+        self.right = nn.Parameter(second.reshape(rank, -1)[:, : layer.embedding_dim].clone(), requires_grad=False)
+        self.padding_idx = layer.padding_idx
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        rows = F.embedding(ids, self.left) @ self.right
+        if self.padding_idx is not None:
+            rows = rows * (ids != self.padding_idx).unsqueeze(-1).to(rows.dtype)
+        return rows

@@ -12,7 +12,8 @@ import math
 from collections.abc import Callable, Sequence
 from functools import lru_cache
 
-__all__ = ["factorize", "balanced_factors", "balance_halves", "bond_rank_caps", "cheapest", "resolve_max_ranks", "prod"]
+__all__ = ["factorize", "balanced_factors", "balance_halves", "bond_rank_caps", "cheapest", "is_two_factor_table",
+           "resolve_max_ranks", "prod"]
 
 # A factorisation is "balanced" when its largest mode is at most this multiple of n**(1/d).
 BALANCE_TOLERANCE = 2.0
@@ -197,3 +198,8 @@ def table_modes(num_rows: int, dim: int, num_cores: int, row_modes: Sequence[int
         raise ValueError(f"row_modes {row_modes} must multiply to >= {num_rows} and col_modes {col_modes} to >= {dim}, "
                          "all positive.")
     return row_modes, col_modes
+
+
+def is_two_factor_table(row_modes: Sequence[int], col_modes: Sequence[int]) -> bool:
+    """A table laid out as two factors (``table_modes`` with one core): rows × rank, then rank × dim."""
+    return len(row_modes) == 2 and row_modes[1] == 1 and col_modes[0] == 1

@@ -14,7 +14,7 @@ from comera_lightning.layers.hot_rows import HotRowIndex, IdCounter, default_cac
 from comera_lightning.layers.inference_cache import caching_allowed
 from comera_lightning.layers.interface import LayerSummary, format_modes
 from comera_lightning.layers.kernels import fused_kernels_apply, two_factor_bags, two_factor_rows
-from comera_lightning.layers.shapes import bond_rank_caps, cheapest, prod, table_modes
+from comera_lightning.layers.shapes import bond_rank_caps, cheapest, is_two_factor_table, prod, table_modes
 from comera_lightning.layers.table_serving import TableServing
 from comera_lightning.layers.tt_rows import (chain_cost_per_id, chain_rows, check_ids, grouped_chain_rows, grouped_cost_per_id,
                                              ids_are_checkable)
@@ -109,8 +109,7 @@ class TTEmbedding(TTModule):
         """Every core (each holds a factor of many tokens' rows), except in the two-factor table: there a token owns
         its row of the first factor, as of a dense table, and the second is shared by every token (stretching its
         step would move every row at once), so neither is stretched."""
-        two_factors = len(self.row_modes) == 2 and self.row_modes[1] == 1 and self.col_modes[0] == 1
-        return [] if two_factors else super().token_cores()
+        return [] if is_two_factor_table(self.row_modes, self.col_modes) else super().token_cores()
 
     # ------------------------------------------------------------------ conversions
     @classmethod

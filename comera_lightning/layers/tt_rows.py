@@ -119,6 +119,11 @@ def chain_rows(cores: Sequence[torch.Tensor], row_modes: Sequence[int], ids: tor
     # multiply-adds (its products are tall and thin, (r·m) x r @ r x m, which gemm handles badly).
     rows, width = None, 1
     for core, digit in zip(cores, row_digits(ids, row_modes)):
+        if rows is not None and core.shape[1] == 1:  # one slice shared by every id (a two-factor table's second
+            shared = core[:, 0]  # factor): one GEMM, not a copy of it per id  (r, m, r')
+            rows = (rows @ shared.flatten(1)).view(ids.numel(), width * shared.shape[1], shared.shape[2])
+            width *= shared.shape[1]
+            continue
         s = _slices(core, digit)  # (B, r, m, r')
         rows = s.flatten(1, 2) if rows is None else torch.bmm(rows, s.flatten(2)).view(ids.numel(), width * s.shape[2], s.shape[3])
         width *= s.shape[2]  # rows is (B, width, r')

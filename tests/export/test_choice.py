@@ -8,7 +8,7 @@ from torch import nn
 from comera_lightning import TTEmbedding, TTLinear, export, tensorize
 from comera_lightning.export import export_with_report
 from comera_lightning.export.choice import embedding_form, linear_form
-from comera_lightning.export.forms import CoresEmbedding, CoresLinear, FactorsLinear
+from comera_lightning.export.forms import CoresEmbedding, CoresLinear, FactorsEmbedding, FactorsLinear
 from tests.export.test_export import TOLERANCE, run_without_comera, train_and_prune_
 from tests.helpers.zoo_families import Logits
 
@@ -130,6 +130,24 @@ def test_a_table_pruned_to_rank_zero_exports_as_zeros_not_a_dense_table():
         chosen = embedding_form(layer)
         assert chosen.form == "cores" and sum(p.numel() for p in chosen.module.parameters()) < 2_000  # dense: 16M floats
         assert not chosen.module(torch.tensor([[1, 2], [3, 999_999]])).any()
+
+
+def test_a_two_factor_table_exports_as_its_factors_and_serves_the_same_rows(tmp_path):
+    table = TTEmbedding(5_000, 16, max_rank=4, num_cores=1, padding_idx=0).eval()
+    with torch.no_grad():
+        for gate in table.gates:
+            gate.uniform_(0.5, 1.5)
+    chosen = embedding_form(table)
+    assert chosen.form == "factors" and isinstance(chosen.module, FactorsEmbedding)
+    assert sum(p.numel() for p in chosen.module.parameters()) == 4 * (5_000 + 16)
+    ids = torch.tensor([[0, 7], [4_999, 7]])
+    with torch.no_grad():
+        expected = table(ids)
+        torch.testing.assert_close(chosen.module(ids), expected, **TOLERANCE)
+    path = tmp_path / "table.pt2"
+    program = export(nn.Sequential(table), (ids,), path)
+    assert {"0.left", "0.right"} <= set(program.state_dict)
+    assert run_without_comera(tmp_path, path, (ids,), expected).startswith("ok")
 
 
 @pytest.mark.parametrize("options, message", [({"prefer": "fast"}, r"prefer='fast' is not one of \('size', 'speed'\)"),

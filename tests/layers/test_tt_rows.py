@@ -77,3 +77,22 @@ def test_a_training_step_of_many_ids_matches_the_dense_table():
     torch.testing.assert_close(layer(ids), dense(ids), atol=1e-12, rtol=0)
     layer(ids).square().sum().backward()
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in [*layer.cores, *layer.gates])
+
+
+
+@pytest.mark.parametrize("row_modes, col_modes", [((50, 1), (1, 6)), ((9, 1, 7), (2, 3, 2))], ids=["two factors", "a middle mode of 1"])
+def test_a_core_of_one_row_mode_is_one_shared_product_with_the_tables_rows_and_gradients(row_modes, col_modes, monkeypatch):
+    rows_total, dim = torch.tensor(row_modes).prod().item(), torch.tensor(col_modes).prod().item()
+    layer = TTEmbedding(rows_total, dim, max_rank=4, row_modes=row_modes, col_modes=col_modes, dtype=torch.float64)
+    ids = torch.tensor([0, 3, 3, rows_total - 1])
+    upstream = torch.randn(ids.numel(), dim, dtype=torch.float64)
+    gathered = []
+    slices = tt_rows._slices
+    monkeypatch.setattr(tt_rows, "_slices", lambda core, digit: gathered.append(core.shape[1]) or slices(core, digit))
+    rows = chain_rows(layer.gated_cores(), layer.row_modes, ids)
+    assert gathered == [n for n in row_modes if n > 1], "a core of row mode 1 is not gathered per id"
+    grads = torch.autograd.grad(rows, list(layer.cores), upstream)
+    expected = layer.weight_table()[ids]
+    torch.testing.assert_close(rows, expected, atol=1e-12, rtol=0)
+    for got, want in zip(grads, torch.autograd.grad(expected, list(layer.cores), upstream)):
+        torch.testing.assert_close(got, want, atol=1e-12, rtol=0)
