@@ -21,6 +21,7 @@ Reported: test AUC and log loss of the final weights, and the compressed tables'
 
     python -m benchmarks.quality.compress_dlrm [--compressions 4,8,32] [--epochs 5] [--extra 0.25] [--out PATH]
     python -m benchmarks.quality.compress_dlrm --check     # a few batches: the pipeline runs
+    python -m benchmarks.quality.compress_dlrm --served    # also each model exported: file bytes, batch-1/32 ms
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from benchmarks.quality.compress_common import (
     recorded_command,
     run_systems,
 )
+from benchmarks.quality.served import served_program, without_masks
 from benchmarks.quality.settings import _options, systems_of
 from benchmarks.quality.weights_cache import (
     add_run_arguments,
@@ -83,6 +85,17 @@ class LowRankEmbeddingBag(nn.Module):
                                per_sample_weights=per_sample_weights, include_last_offset=self.include_last_offset)
 
 
+class FactorRows(nn.Module):
+    """A ``LowRankEmbeddingBag``'s rows as an exported DLRM looks them up (``ids -> rows``): its two factors, kept."""
+
+    def __init__(self, bag: LowRankEmbeddingBag) -> None:
+        super().__init__()
+        self.left, self.right = (nn.Parameter(core.detach().clone(), requires_grad=False) for core in bag.cores)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return F.embedding(ids, self.left) @ self.right
+
+
 def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--epochs", type=int, default=5, help="epochs of the dense training (313 steps each)")
@@ -93,6 +106,8 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--callback", nargs="*", default=[], help="further ComeraCallback arguments, key=value (JSON "
                         "values), e.g. core_step_scale=1")
     parser.add_argument("--tensorize", nargs="*", default=[], help="further TensorizeConfig fields, key=value (JSON values)")
+    parser.add_argument("--served", action="store_true", help="also each model exported (comera_lightning.export, its "
+                        "dense entry point) and loaded back: file bytes, batch-1/32 ms on CPU (served.py)")
     parser.add_argument("--limit-batches", type=int, default=None, help="batches per epoch and per evaluation (a smoke run)")
     add_run_arguments(parser, "compress_dlrm.json", "a few batches of each run: the pipeline runs")
     args = parser.parse_args(argv)
@@ -142,6 +157,8 @@ def fit(system: str, data: MovieLensClicksDataModule, args: argparse.Namespace, 
               "parameters": nonzero_parameters(model), "steps": trainer.global_step,
               "test_auc": round(float(tested["test/auc"]), 4), "test_loss": round(float(tested["test/loss"]), 4),
               "seconds": round(seconds, 1)}
+    if args.served and system != "dense_ft":
+        result["served"] = served_dlrm(model, data)
     print(f"  {system:8s} dim {embedding_dim:2d} tables {result['table_parameters']:7,} steps {result['steps']:5d} "
           f"test AUC {result['test_auc']:.4f} loss {result['test_loss']:.4f} ({result['seconds']}s)", file=sys.stderr, flush=True)
     return result, model
@@ -185,7 +202,27 @@ def trained_dense(data: MovieLensClicksDataModule, args: argparse.Namespace, ste
     settings = json.dumps({"model": MODEL, "data": DATA, "steps": steps, "limit": args.limit_batches}, sort_keys=True)
     key = f"dlrm_s{steps}_seed{args.seed}_{hashlib.sha1(settings.encode()).hexdigest()[:10]}"
     state, result, cached = load_or_train(args.cache / f"{key}.pt", lambda: fit("dense", data, args, steps))
+    if cached and args.served:
+        model = _model(data)
+        model.load_state_dict(state)
+        result = {**result, "served": served_dlrm(model, data)}
     return state, {**result, "cached": True} if cached else result
+
+
+def served_dlrm(model: DLRMClassifier, data: MovieLensClicksDataModule) -> dict[str, Any]:
+    """``model``'s exported dense entry point: file bytes, batch-1/32 ms on the first test batch's samples (SVD factors
+    served as factors, pruned tables with their zeros)."""
+    from comera_lightning.export.dlrm import feature_names, kjt_to_ids
+
+    model = without_masks(model)
+    bags = model.get_submodule(COLLECTION).embedding_bags
+    for name, bag in list(bags.items()):
+        if isinstance(bag, LowRankEmbeddingBag):
+            bags[name] = FactorRows(bag)
+    data.setup("test")
+    batch = next(iter(data.test_dataloader()))
+    dense, ids = batch.dense[:32], kjt_to_ids(batch.sparse, feature_names(model))[:32]
+    return served_program(model, lambda size: (dense[:size], ids[:size]))
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

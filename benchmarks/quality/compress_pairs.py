@@ -20,6 +20,7 @@ process, same data and seed:
 
     python -m benchmarks.quality.compress_pairs [--model bert] [--compressions 8,32] [--epochs 2] [--extra 0.25] [--out PATH]
     python -m benchmarks.quality.compress_pairs --check     # a few batches: the pipeline runs
+    python -m benchmarks.quality.compress_pairs --served    # also each model exported: file bytes, batch-1/32 ms
 
 The trained dense weights are cached (``--cache``) so that several compress runs share one training.
 """
@@ -50,8 +51,9 @@ from benchmarks.quality.compress_common import (
     run_systems,
 )
 from benchmarks.quality.models import svd_factors_, svd_ranks_of
-from benchmarks.quality.pair_models import PAIR_MODELS
+from benchmarks.quality.pair_models import PAIR_MODELS, PairLogits, pair_inputs
 from benchmarks.quality.pairs_frontier import DATA
+from benchmarks.quality.served import served_program, without_masks
 from benchmarks.quality.settings import _options, systems_of
 from benchmarks.quality.weights_cache import (
     add_run_arguments,
@@ -80,6 +82,10 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
                         "key=value (JSON values), e.g. core_step_scale=1 'distill={\"module\": \"\"}'")
     parser.add_argument("--tensorize", nargs="*", default=[], help="TensorizeConfig fields of comera and fixed beside "
                         "init='svd', key=value (JSON values)")
+    parser.add_argument("--ft-lr", type=float, default=None, help="the LR of every run from the trained weights "
+                        "(compress, fine-tune, dense_ft); default: the model's own (1e-3)")
+    parser.add_argument("--served", action="store_true", help="also each model exported (comera_lightning.export) and "
+                        "loaded back: file bytes, batch-1/32 ms on CPU (served.py)")
     parser.add_argument("--limit-batches", type=int, default=None, help="batches per epoch and per evaluation (a smoke run)")
     add_run_arguments(parser, "compress_pairs.json", "a few batches of each run: the pipeline runs")
     args = parser.parse_args(argv)
@@ -103,6 +109,8 @@ def fit(system: str, data: SentencePairDataModule, args: argparse.Namespace, ste
     model = kind.build(data, d_model)
     if state is not None:
         model.load_state_dict(copy.deepcopy(state))
+        if args.ft_lr is not None:
+            kind.set_lr(model, args.ft_lr)
     if ranks:
         svd_factors_(model, ranks)
     if transform is not None:
@@ -115,6 +123,8 @@ def fit(system: str, data: SentencePairDataModule, args: argparse.Namespace, ste
     tested = float(trainer.test(model, datamodule=data, verbose=False)[0]["test/acc"])
     result = {"system": system, "d_model": d_model, "parameters": nonzero_parameters(model), "steps": trainer.global_step,
               "val_loss": round(validation, 4), "test_acc": round(tested, 4), "seconds": round(seconds, 1)}
+    if args.served and system not in ("dense_ft", "svd"):
+        result["served"] = served_pairs(model, data)
     print(f"  {system:8s} d_model {d_model:3d} parameters {result['parameters']:9,} steps {result['steps']:5d} val loss "
           f"{validation:.4f} test acc {tested:.4f} ({result['seconds']}s)", file=sys.stderr, flush=True)
     return result, model
@@ -134,8 +144,17 @@ def trained_dense(data: SentencePairDataModule, args: argparse.Namespace, steps:
     if cached:
         print(f"  dense    from the cache: val loss {result['val_loss']:.4f} test acc {result['test_acc']:.4f}",
               file=sys.stderr, flush=True)
-        return state, {**result, "cached": True}
+        result = {**result, "cached": True}
+        if args.served:
+            model = PAIR_MODELS[args.model].build(data, PAIR_MODELS[args.model].width)
+            model.load_state_dict(state)
+            result["served"] = served_pairs(model, data)
     return state, result
+
+
+def served_pairs(model: L.LightningModule, data: SentencePairDataModule) -> dict[str, Any]:
+    """``model``'s exported program: file bytes, batch-1/32 ms on pairs of the data's ``max_length`` tokens."""
+    return served_program(PairLogits(without_masks(model)), pair_inputs(data.vocab_size, DATA["max_length"]))
 
 
 def compress_at(data: SentencePairDataModule, args: argparse.Namespace, systems: list[str], state: dict[str, Any],

@@ -2,11 +2,13 @@
 Face BERT written as ``examples/huggingface.py`` writes it (code nobody here wrote, random init from its config).
 
 Each kind: a ``build(data, width)`` giving a fresh LightningModule of that width (feed-forward 4× the width), its
-full ``width``, and the head count that a narrower width must be a multiple of.
+full ``width``, the head count that a narrower width must be a multiple of, and ``set_lr(model, lr)`` (every group's LR,
+before its optimizer is built: ``compress_pairs --ft-lr``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -62,9 +64,41 @@ class BertPairClassifier(L.LightningModule):
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
 
 
+def _bert_lr(model: BertPairClassifier, lr: float) -> None:
+    model.hparams.lr = lr
+
+
+def _transformer_lr(model: L.LightningModule, lr: float) -> None:
+    model.param_group_settings = dataclasses.replace(model.param_group_settings, lr_cores=lr, lr_other=lr)
+
+
 def _bert(data: SentencePairDataModule, width: int) -> BertPairClassifier:
     shape = {**BERT, "hidden_size": width, "intermediate_size": 4 * width}
     return BertPairClassifier(data.vocab_size, data.num_classes, data.pad_token_id, **shape)
+
+
+class PairLogits(torch.nn.Module):
+    """A pair classifier called on ``(input_ids, attention_mask, token_type_ids)``, returning its class logits: what
+    an exported program of it serves."""
+
+    def __init__(self, model: L.LightningModule) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor) -> torch.Tensor:
+        if isinstance(self.model, BertPairClassifier):
+            batch = {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids}
+            return self.model(batch).logits
+        return self.model(input_ids, attention_mask, token_type_ids)
+
+
+def pair_inputs(vocab_size: int, length: int) -> Callable[[int], tuple[torch.Tensor, ...]]:
+    """``batch -> (input_ids, attention_mask, token_type_ids)`` of ``length`` tokens (the second half the second
+    sentence), the same ids at every call."""
+    ids = torch.randint(0, vocab_size, (32, length), generator=torch.Generator().manual_seed(0))
+    types = (torch.arange(length) >= length // 2).long().expand(32, length)
+    mask = torch.ones(32, length, dtype=torch.bool)
+    return lambda batch: (ids[:batch], mask[:batch], types[:batch])
 
 
 @dataclass(frozen=True)
@@ -75,6 +109,7 @@ class PairModel:
     width: int
     heads: int
     build: Callable[[SentencePairDataModule, int], L.LightningModule]
+    set_lr: Callable[[L.LightningModule, float], None]
 
     def narrow_width(self, data: SentencePairDataModule, target: int) -> int:
         """The width (a multiple of the head count, below the full one) whose dense model is nearest ``target``
@@ -86,6 +121,6 @@ class PairModel:
 
 
 PAIR_MODELS = {
-    "transformer": PairModel(TRANSFORMER, TRANSFORMER["d_model"], TRANSFORMER["num_heads"], _transformer),
-    "bert": PairModel(BERT, BERT["hidden_size"], BERT["num_attention_heads"], _bert),
+    "transformer": PairModel(TRANSFORMER, TRANSFORMER["d_model"], TRANSFORMER["num_heads"], _transformer, _transformer_lr),
+    "bert": PairModel(BERT, BERT["hidden_size"], BERT["num_attention_heads"], _bert, _bert_lr),
 }

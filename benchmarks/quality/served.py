@@ -1,4 +1,4 @@
-"""A compressed causal LM as served: its exported program's file bytes and batch-1 / batch-32 latency (issue #52).
+"""A compressed model as served: its exported program's file bytes and batch-1 / batch-32 latency (issue #52).
 
 Every system goes through ``comera_lightning.export`` (a plain model is exported as it is; a pruned one with its masks
 folded in, so its zeros are stored like any weight: unstructured sparsity saves nothing in a dense program). The
@@ -12,6 +12,7 @@ import copy
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -46,21 +47,29 @@ def without_masks(model: nn.Module) -> nn.Module:
 
 @torch.no_grad()
 def served(model: nn.Module, block: int, vocab: int, rounds: int = 10) -> dict[str, Any]:
-    """File bytes of ``model``'s exported program and its median ms per call at each of ``BATCHES``."""
+    """File bytes of a causal LM's exported program and its median ms per call at each of ``BATCHES``."""
+    ids = torch.randint(0, vocab, (max(BATCHES), block), generator=torch.Generator().manual_seed(0))
+    return served_program(_Logits(without_masks(model)), lambda batch: (ids[:batch],), rounds)
+
+
+@torch.no_grad()
+def served_program(module: nn.Module, inputs_of: Callable[[int], tuple], rounds: int = 10) -> dict[str, Any]:
+    """File bytes of ``module``'s exported program (traced on ``inputs_of(2)``) and its median ms per call on
+    ``inputs_of(batch)`` at each of ``BATCHES``."""
     from comera_lightning import export
 
-    ids = torch.randint(0, vocab, (max(BATCHES), block), generator=torch.Generator().manual_seed(0))
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "model.pt2"
-        export(_Logits(without_masks(model)), (ids[:2],), path)
+        export(module, inputs_of(2), path)
         result: dict[str, Any] = {"file_bytes": path.stat().st_size}
         program = torch.export.load(path).module()
     for batch in BATCHES:
-        program(ids[:batch])
+        inputs = inputs_of(batch)
+        program(*inputs)
         samples = []
         for _ in range(rounds):
             started = time.perf_counter()
-            program(ids[:batch])
+            program(*inputs)
             samples.append(time.perf_counter() - started)
         result[f"ms_batch{batch}"] = round(1000 * statistics.median(samples), 3)
     return result

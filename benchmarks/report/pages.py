@@ -35,10 +35,12 @@ RACE = "benchmarks.quality.report:markdown_table"
 OURS = "benchmarks.report.tables"
 GPU = "benchmarks.report.tables_gpu"
 SCALING = "benchmarks.report.tables_scaling"
-PAIRS = tuple(f"compress_pairs{variant}{seed}.json" for variant in ("", "_trained_schedule", "_held_gates", "_gate_lr_2e-3", "_prune", "_distill")
+PAIRS = tuple(f"compress_pairs{variant}{seed}.json" for variant in ("", "_trained_schedule", "_held_gates", "_gate_lr_2e-3", "_prune", "_distill",
+                                                                    "_tall_tables", "_ft_lr_3e-4")
               for seed in ("", "_seed1"))
 
-BERT = tuple(f"compress_pairs_bert{variant}{seed}.json" for variant in ("", "_core_steps_1") for seed in ("", "_seed1"))
+BERT = tuple(f"compress_pairs_bert{variant}{seed}.json" for variant in ("", "_ft_lr_3e-4", "_tt_tables", "_core_steps_1")
+             for seed in ("", "_seed1"))
 DLRM = tuple(f"compress_dlrm{variant}{seed}.json" for variant in ("", "_gate_lr_1e-3", "_tt_tables") for seed in ("", "_seed1"))
 
 PAGES = [
@@ -61,7 +63,7 @@ PAGES = [
                      "memorising ids: it shows that pruning happens under a user's optimizer, not quality."),
          ]),
     Page("compression", "Compression frontier", "How much loss does each size cost, from scratch and when a trained "
-         "model is compressed, against the plain paths a user would write instead?", [
+         "language model is compressed, against the plain paths a user would write instead?", [
              Section("From scratch: byte Llama 48×4 at 4–16×", "frontier_llama48.json",
                      "benchmarks.quality.frontier:markdown"),
              Section("From scratch: BPE GPT-2 48×2", "frontier_gpt48.json", "benchmarks.quality.frontier:markdown"),
@@ -84,17 +86,28 @@ PAGES = [
                      f"{OURS}:compress_runs",
                      "`python -m benchmarks.quality.compress --model gpt2:64:4 --ft-lr 3e-3`: Hugging Face GPT-2 from its "
                      "config (Conv1D layers, untied head), trained dense 1,080 steps, then 268 more (25 %); seed 0."),
+         ]),
+    Page("compression_trained", "Trained classifiers and tables compressed", "A trained classifier or recommender "
+         "compressed: how much accuracy (AUC) does each size keep, against the plain paths a user would write instead, "
+         "and how small and fast is it served?", [
              Section("A trained sentence-pair classifier compressed 8× and 32×", PAIRS, f"{OURS}:pairs_by_seed",
                      "`python -m benchmarks.quality.compress_pairs`, 25 % extra steps; the mean of seeds 0 and 1. "
                      "`compress_pairs` ran the first trained-model schedule (5 % early, the cuts over the next 10 %), "
                      "`compress_pairs_trained_schedule` today's defaults, `compress_pairs_held_gates` the gates held at 1 "
                      "(tried, not kept), `compress_pairs_gate_lr_2e-3` a tenth of the gates' LR (tried), "
                      "`compress_pairs_prune` magnitude pruning to the weights CoMERA kept (its comera rows: the "
-                     "defaults again), `compress_pairs_distill` the defaults with the trained model as teacher."),
+                     "defaults again), `compress_pairs_distill` the defaults with the trained model as teacher; "
+                     "`compress_pairs_tall_tables` today's defaults (the 8,192 × 64 token table, tall, starts as two "
+                     "factors), `compress_pairs_ft_lr_3e-4` the same with every run from the trained weights at LR 3e-4 "
+                     "(`--ft-lr 3e-4`)."),
              Section("A trained Hugging Face BERT classifier compressed 8× and 32×", BERT, f"{OURS}:pairs_by_seed",
                      "`python -m benchmarks.quality.compress_pairs --model bert`: `examples/huggingface.py`'s BERT (hidden "
                      "128, 2 layers, AdamW 1e-3 with a cosine over each run) on the same pairs, 25 % extra steps; the "
-                     "mean of seeds 0 and 1. `compress_pairs_bert_core_steps_1`: CoMERA with `core_step_scale=1` (tried)."),
+                     "mean of seeds 0 and 1. `compress_pairs_bert`: today's defaults (the 8,192 × 128 token table, tall, "
+                     "starts as two factors, its truncated SVD); `compress_pairs_bert_ft_lr_3e-4`: the same with every run "
+                     "from the trained weights at LR 3e-4 (`--ft-lr 3e-4`); `compress_pairs_bert_tt_tables`: before, the "
+                     "token table as a two-core TT-matrix; `compress_pairs_bert_core_steps_1`: that with "
+                     "`core_step_scale=1` (tried)."),
              Section("A trained DLRM's tables (MovieLens-100K) compressed 4×, 8× and 32×", DLRM, f"{OURS}:dlrm_by_seed",
                      "`python -m benchmarks.quality.compress_dlrm`: the users', items' and zip codes' tables (2,975 of "
                      "3,028 rows, dim 16), 25 % extra steps; the mean of seeds 0 and 1. `compress_dlrm`: today's "

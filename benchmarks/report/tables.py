@@ -80,20 +80,21 @@ def _best_marked(values: dict[float, float]) -> dict[float, str]:
     return {lr: (f"**{v:.3f}**" if v == best else f"{v:.3f}") for lr, v in values.items()}
 
 
-def _served_rows(result: dict[str, Any]) -> list[str]:
-    """The exported programs of the runs that were served (``--served``): file MB, batch-1 and batch-32 ms."""
-    runs = [r for r in result["runs"] if "served" in r]
+def _served_rows(dense: dict[str, Any] | None, runs: list[dict[str, Any]], source: str = "") -> list[str]:
+    """The exported programs of the runs that were served (``--served``): file MB, batch-1 and batch-32 ms, beside
+    ``dense``'s (its ``served``); ``source``: the file named in the heading."""
+    runs = [r for r in runs if "served" in r]
     if not runs:
         return []
-    dense = result["dense"].get("served")
-    lines = ["", "**Served**: each exported program loaded back and timed on CPU in one process "
+    lines = ["", f"**Served**{f' (`{source}`)' if source else ''}: each exported program loaded back and timed on CPU in one process "
              "(median ms per call; × is dense's time over the system's)", "",
              "| system | compression | LR | file MB | batch-1 ms | batch-32 ms |", "|---|---|---|---|---|---|"]
     if dense:
         lines.append(f"| dense | – | – | {dense['file_bytes'] / MB:.2f} | {dense['ms_batch1']:.2f} | {dense['ms_batch32']:.2f} |")
     for r in runs:
         cells = [f"{r['served'][k]:.2f}" + (f" ({dense[k] / r['served'][k]:.2f}×)" if dense else "") for k in ("ms_batch1", "ms_batch32")]
-        lines.append(f"| {r['system']} | {r['compression']:g}× | {r['ft_lr']:g} | {r['served']['file_bytes'] / MB:.2f} | "
+        lr = f"{r['ft_lr']:g}" if "ft_lr" in r else "–"
+        lines.append(f"| {r['system']} | {r['compression']:g}× | {lr} | {r['served']['file_bytes'] / MB:.2f} | "
                      + " | ".join(cells) + " |")
     return lines
 
@@ -121,7 +122,7 @@ def compress_runs(result: dict[str, Any]) -> str:
             cells = _best_marked({lr: r["val_loss"] for lr, r in runs.items()})
             params = min(r["parameters"] for r in runs.values())
             lines.append(f"| {system} | {params:,} | " + " | ".join(cells.get(lr, "–") for lr in lrs) + " |")
-    lines += _served_rows(result)
+    lines += _served_rows(result["dense"].get("served"), result["runs"])
     lines += ["", "Systems:"] + [f"* `{name}`: {what}" for name, what in result["systems"].items()]
     note = result.get("note")
     return "\n".join(lines) + (f"\n\n{note}." if note else "")
@@ -147,8 +148,9 @@ def _by_seed(results: dict[str, dict[str, Any]], metrics: tuple[tuple[str, str],
     for source, result in results.items():
         groups.setdefault(source.removesuffix(".json").removesuffix("_seed1"), []).append(result)
     runs = list(results.values())
-    dense = [r["dense"] for r in runs if "--systems" not in r["command"]]
-    dense_ft = [r["dense_ft"] for r in runs if "dense_ft" in r]
+    full = {r["args"]["seed"]: r for r in runs if "--systems" not in r["command"]}  # one per seed: its dense model
+    dense = [r["dense"] for r in full.values()]
+    dense_ft = [r["dense_ft"] for r in full.values() if "dense_ft" in r]
     (first, _), (loss, _) = metrics[:2]
     compressions = list(runs[0]["by_compression"])
     mean = {key: (_cell(_mean([d[key] for d in dense]), key), _cell(_mean([d[key] for d in dense_ft]), key) if dense_ft else "")
@@ -165,6 +167,14 @@ def _by_seed(results: dict[str, dict[str, Any]], metrics: tuple[tuple[str, str],
             cells = [", ".join(_cell(_mean([r["by_compression"][c][system][key] for r in seeds]), key) for key, _ in metrics)
                      for c in compressions]
             lines.append(f"| `{stem}` | {system} | {len(seeds)} | " + " | ".join(cells) + " |")
+        if all("dense_ft" in r and "--systems" in r["command"] for r in seeds):  # a variant's own dense + extra steps
+            cell = ", ".join(_cell(_mean([r["dense_ft"][key] for r in seeds]), key) if key in seeds[0]["dense_ft"] else "–"
+                             for key, _ in metrics)
+            lines.append(f"| `{stem}` | dense_ft (uncompressed) | {len(seeds)} | " + " | ".join([cell] * len(compressions)) + " |")
+    for source, result in results.items():  # the served programs of a file run with --served (one seed's)
+        runs = [{**run, "system": system, "compression": float(c)} for c, systems in result["by_compression"].items()
+                for system, run in systems.items()]
+        lines += _served_rows(result["dense"].get("served"), runs, source)
     return "\n".join(lines)
 
 

@@ -16,6 +16,17 @@ def test_a_low_rank_bag_is_the_bag_at_full_rank():
     low = compress_dlrm.LowRankEmbeddingBag(bag, rank=6)
     torch.testing.assert_close(low(ids, offsets).double(), bag(ids, offsets), atol=1e-5, rtol=0)
     assert [p.shape for p in low.cores] == [(50, 6), (6, 6)]
+    rows = compress_dlrm.FactorRows(low)(torch.tensor([[3, 7], [49, 0]]))  # what its exported program looks up
+    torch.testing.assert_close(rows.double(), bag.weight[torch.tensor([[3, 7], [49, 0]])], atol=1e-5, rtol=0)
+
+
+@pytest.mark.slow
+def test_each_system_is_served_as_an_exported_program(tmp_path):
+    result = compress_dlrm.main(["--check", "--systems", "comera,svd_ft", "--served", "--cache", str(tmp_path / "cache"),
+                                 "--out", str(tmp_path / "dlrm.json")])
+    runs = result["by_compression"]["8"]
+    assert all(run["served"]["file_bytes"] < result["dense"]["served"]["file_bytes"] for run in runs.values())
+    assert all(run["served"]["ms_batch32"] > 0 for run in runs.values())
 
 
 def test_every_system_compresses_the_same_tables_from_the_trained_weights(tmp_path):

@@ -1,6 +1,7 @@
 """benchmarks/quality/compress_pairs: one compression end to end on a few batches of the clothing-review pairs."""
 
 import json
+from types import SimpleNamespace
 
 import pytest
 
@@ -35,6 +36,22 @@ def test_the_dense_training_is_cached_and_systems_choose_what_runs(tmp_path):
     assert {k: v for k, v in again["dense"].items() if k != "cached"} == first["dense"]
     assert set(again["by_compression"]["8"]) == {"comera", "svd"} and "dense_ft" not in again
     assert "| compression | comera | svd |" in compress_pairs.table(again).splitlines()
+
+
+def test_served_programs_and_the_fine_tuning_lr(tmp_path):
+    args = ["--check", "--cache", str(tmp_path / "cache"), "--out", str(tmp_path / "a.json")]
+    compress_pairs.main(args + ["--systems", "comera"])
+    result = compress_pairs.main(args + ["--systems", "comera,svd_ft", "--served", "--ft-lr", "3e-4"])
+    runs = result["by_compression"]["8"]
+    assert result["dense"]["cached"] and result["args"]["ft_lr"] == 3e-4
+    assert all(run["served"]["file_bytes"] * 3 < result["dense"]["served"]["file_bytes"] for run in runs.values())
+    assert all(run["served"]["ms_batch1"] > 0 and run["served"]["ms_batch32"] > 0 for run in runs.values())
+
+
+def test_set_lr_sets_every_group_of_the_optimizer_built_after_it():
+    model = PAIR_MODELS["transformer"].build(SimpleNamespace(vocab_size=100, num_classes=3), 16)
+    PAIR_MODELS["transformer"].set_lr(model, 3e-4)
+    assert {group["lr"] for group in model.configure_optimizers().param_groups} == {3e-4}
 
 
 @pytest.mark.slow
