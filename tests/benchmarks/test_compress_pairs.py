@@ -38,6 +38,7 @@ def test_the_dense_training_is_cached_and_systems_choose_what_runs(tmp_path):
     assert "| compression | comera | svd |" in compress_pairs.table(again).splitlines()
 
 
+@pytest.mark.slow
 def test_served_programs_and_the_fine_tuning_lr(tmp_path):
     args = ["--check", "--cache", str(tmp_path / "cache"), "--out", str(tmp_path / "a.json")]
     compress_pairs.main(args + ["--systems", "comera"])
