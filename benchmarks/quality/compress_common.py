@@ -38,11 +38,15 @@ def recorded_command(module: str, argv: list[str] | None) -> str:
 
 
 def run_systems(out: dict[str, Any], args: argparse.Namespace, systems: list[str], trained: Callable, fit: Callable,
-                compress_at: Callable, table: Callable[[dict[str, Any]], str], default_name: str) -> dict[str, Any]:
-    """Into ``out``: the trained dense model (``trained()``: weights, result), the dense model given the extra steps
-    (``fit``) when ``dense_ft`` is asked for, every compression's systems (``compress_at(state, compression)``); then
-    the JSON and its table written (``--out``, else ``benchmarks/results/<default_name>``)."""
+                compress_at: Callable, table: Callable[[dict[str, Any]], str], default_name: str,
+                serve: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Into ``out``: the trained dense model (``trained()``: weights, result; with ``serve``, its served program:
+    ``serve(weights)``), the dense model given the extra steps (``fit``) when ``dense_ft`` is asked for, every
+    compression's systems (``compress_at(state, compression)``); then the JSON and its table written (``--out``, else
+    ``benchmarks/results/<default_name>``)."""
     state, out["dense"] = trained()
+    if serve is not None:  # timed here, trained now or taken from the cache alike
+        out["dense"] = {**out["dense"], "served": serve(state)}
     if "dense_ft" in systems:
         out["dense_ft"], _ = fit("dense_ft", out["extra_steps"], state)
     out["by_compression"] = {f"{c:g}": compress_at(state, c) for c in (float(c) for c in args.compressions.split(",") if c)}

@@ -157,7 +157,7 @@ def fit(system: str, data: MovieLensClicksDataModule, args: argparse.Namespace, 
               "parameters": nonzero_parameters(model), "steps": trainer.global_step,
               "test_auc": round(float(tested["test/auc"]), 4), "test_loss": round(float(tested["test/loss"]), 4),
               "seconds": round(seconds, 1)}
-    if args.served and system != "dense_ft":
+    if args.served and system not in ("dense", "dense_ft"):
         result["served"] = served_dlrm(model, data)
     print(f"  {system:8s} dim {embedding_dim:2d} tables {result['table_parameters']:7,} steps {result['steps']:5d} "
           f"test AUC {result['test_auc']:.4f} loss {result['test_loss']:.4f} ({result['seconds']}s)", file=sys.stderr, flush=True)
@@ -202,10 +202,6 @@ def trained_dense(data: MovieLensClicksDataModule, args: argparse.Namespace, ste
     settings = json.dumps({"model": MODEL, "data": DATA, "steps": steps, "limit": args.limit_batches}, sort_keys=True)
     key = f"dlrm_s{steps}_seed{args.seed}_{hashlib.sha1(settings.encode()).hexdigest()[:10]}"
     state, result, cached = load_or_train(args.cache / f"{key}.pt", lambda: fit("dense", data, args, steps))
-    if cached and args.served:
-        model = _model(data)
-        model.load_state_dict(state)
-        result = {**result, "served": served_dlrm(model, data)}
     return state, {**result, "cached": True} if cached else result
 
 
@@ -219,10 +215,16 @@ def served_dlrm(model: DLRMClassifier, data: MovieLensClicksDataModule) -> dict[
     for name, bag in list(bags.items()):
         if isinstance(bag, LowRankEmbeddingBag):
             bags[name] = FactorRows(bag)
-    data.setup("test")
     batch = next(iter(data.test_dataloader()))
     dense, ids = batch.dense[:32], kjt_to_ids(batch.sparse, feature_names(model))[:32]
     return served_program(model, lambda size: (dense[:size], ids[:size]))
+
+
+def served_dense(state: dict[str, Any], data: MovieLensClicksDataModule) -> dict[str, Any]:
+    """``served_dlrm`` of the dense model holding ``state``."""
+    model = _model(data)
+    model.load_state_dict(state)
+    return served_dlrm(model, data)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -242,7 +244,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "systems": systems, "dense_steps": steps, "extra_steps": extra}
     return run_systems(out, args, systems, lambda: trained_dense(data, args, steps),
                        lambda system, extra, state: fit(system, data, args, extra, state=state),
-                       lambda state, c: compress_at(data, args, systems, state, c, steps, extra), table, "compress_dlrm.json")
+                       lambda state, c: compress_at(data, args, systems, state, c, steps, extra), table, "compress_dlrm.json",
+                       (lambda state: served_dense(state, data)) if args.served else None)
 
 
 def _cell(run: dict[str, Any], dense: dict[str, Any]) -> str:

@@ -123,7 +123,7 @@ def fit(system: str, data: SentencePairDataModule, args: argparse.Namespace, ste
     tested = float(trainer.test(model, datamodule=data, verbose=False)[0]["test/acc"])
     result = {"system": system, "d_model": d_model, "parameters": nonzero_parameters(model), "steps": trainer.global_step,
               "val_loss": round(validation, 4), "test_acc": round(tested, 4), "seconds": round(seconds, 1)}
-    if args.served and system not in ("dense_ft", "svd"):
+    if args.served and system not in ("dense", "dense_ft", "svd"):
         result["served"] = served_pairs(model, data)
     print(f"  {system:8s} d_model {d_model:3d} parameters {result['parameters']:9,} steps {result['steps']:5d} val loss "
           f"{validation:.4f} test acc {tested:.4f} ({result['seconds']}s)", file=sys.stderr, flush=True)
@@ -144,17 +144,21 @@ def trained_dense(data: SentencePairDataModule, args: argparse.Namespace, steps:
     if cached:
         print(f"  dense    from the cache: val loss {result['val_loss']:.4f} test acc {result['test_acc']:.4f}",
               file=sys.stderr, flush=True)
-        result = {**result, "cached": True}
-        if args.served:
-            model = PAIR_MODELS[args.model].build(data, PAIR_MODELS[args.model].width)
-            model.load_state_dict(state)
-            result["served"] = served_pairs(model, data)
+        return state, {**result, "cached": True}
     return state, result
 
 
 def served_pairs(model: L.LightningModule, data: SentencePairDataModule) -> dict[str, Any]:
     """``model``'s exported program: file bytes, batch-1/32 ms on pairs of the data's ``max_length`` tokens."""
     return served_program(PairLogits(without_masks(model)), pair_inputs(data.vocab_size, DATA["max_length"]))
+
+
+def served_dense(state: dict[str, Any], data: SentencePairDataModule, args: argparse.Namespace) -> dict[str, Any]:
+    """``served_pairs`` of the dense model holding ``state``."""
+    kind = PAIR_MODELS[args.model]
+    model = kind.build(data, kind.width)
+    model.load_state_dict(state)
+    return served_pairs(model, data)
 
 
 def compress_at(data: SentencePairDataModule, args: argparse.Namespace, systems: list[str], state: dict[str, Any],
@@ -200,7 +204,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "dense_steps": steps, "extra_steps": extra}
     return run_systems(out, args, systems, lambda: trained_dense(data, args, steps),
                        lambda system, extra, state: fit(system, data, args, extra, state=state),
-                       lambda state, c: compress_at(data, args, systems, state, c, steps, extra), table, "compress_pairs.json")
+                       lambda state, c: compress_at(data, args, systems, state, c, steps, extra), table, "compress_pairs.json",
+                       (lambda state: served_dense(state, data, args)) if args.served else None)
 
 
 def _cell(run: dict[str, Any], dense: dict[str, Any]) -> str:
