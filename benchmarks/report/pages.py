@@ -102,6 +102,9 @@ PAGES = [
                      "`compress_pairs_tall_tables` today's defaults (the 8,192 × 64 token table, tall, starts as two "
                      "factors), `compress_pairs_ft_lr_3e-4` the same with every run from the trained weights at LR 3e-4 "
                      "(`--ft-lr 3e-4`)."),
+             Section("The same classifier with 10 % extra steps", ("compress_pairs_extra10.json", "compress_pairs_extra10_seed1.json"),
+                     f"{OURS}:pairs_by_seed", "`python -m benchmarks.quality.compress_pairs --extra 0.1 [--seed 1]`: 98 "
+                     "extra steps; the mean of seeds 0 and 1."),
              Section("A trained Hugging Face BERT classifier compressed 8× and 32×", BERT, f"{OURS}:pairs_by_seed",
                      "`python -m benchmarks.quality.compress_pairs --model bert`: `examples/huggingface.py`'s BERT (hidden "
                      "128, 2 layers, AdamW 1e-3 with a cosine over each run) on the same pairs, 25 % extra steps; the "

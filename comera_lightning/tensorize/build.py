@@ -9,10 +9,12 @@ import torch
 from torch import nn
 
 from comera_lightning.layers import TensorizedModule
+from comera_lightning.layers.interface import format_modes
+from comera_lightning.layers.shapes import table_modes
 from comera_lightning.tensorize.config import DEFAULT_EMBEDDING_RANK, TRAINED_TABLE_CORES, TensorizeConfig
-from comera_lightning.tensorize.converters import token_table_cores
 from comera_lightning.tensorize.registry import Converter
 from comera_lightning.tensorize.rules import overrides_for
+from comera_lightning.tensorize.table_form import TOKEN_TABLE_CORES, token_table_cores
 
 __all__ = ["build_layer", "pin_trained_tables", "resolve_rank", "resolve_table_cores"]
 
@@ -29,7 +31,7 @@ def build_layer(name: str, module: nn.Module, converter: Converter, config: Tens
     defaults = converter.defaults(config)
     if vocabulary_head:
         defaults["rank_fraction"] = config.head_rank_fraction
-    options = resolve_rank(resolve_table_cores({**defaults, **overrides}, module), module)
+    options = resolve_table_cores(resolve_rank({**defaults, **overrides}, module), module)
     try:
         built = converter.build(module, options)
     except ValueError as err:
@@ -40,9 +42,11 @@ def build_layer(name: str, module: nn.Module, converter: Converter, config: Tens
 
 
 def resolve_table_cores(options: dict[str, Any], module: nn.Module) -> dict[str, Any]:
-    """``num_cores`` None (a trained table whose layout is not given): ``token_table_cores`` of the module's shape."""
+    """``num_cores`` None (a trained table whose layout is not given): ``token_table_cores`` of the module's weight at
+    the resolved ``max_rank`` (row or column modes given: the TT-matrix they describe)."""
     if "num_cores" in options and options["num_cores"] is None:
-        options["num_cores"] = token_table_cores(module.num_embeddings, module.embedding_dim)
+        given_modes = options.get("row_modes") is not None or options.get("col_modes") is not None
+        options["num_cores"] = TOKEN_TABLE_CORES if given_modes else token_table_cores(module.weight, options["max_rank"])
     return options
 
 
@@ -66,18 +70,23 @@ def _table_width(module: nn.Module) -> int | None:
 
 def pin_trained_tables(config: TensorizeConfig, swapped: Iterable[Any]) -> TensorizeConfig:
     """``config`` with what ``init`` decided written into ``layer_config``: the tables of ``swapped`` (a report's
-    records) that ``init="svd"`` made two factors (every TorchRec collection, the tall token tables:
-    ``converters.token_table_cores``), at the ranks they started with, so that a checkpoint's record rebuilds the same
-    layers under another ``init``."""
+    records) that ``init="svd"`` made two factors (every TorchRec collection, the token tables
+    ``table_form.token_table_cores`` chose them for), at the ranks they started with, so that a checkpoint's record
+    rebuilds the same layers under another ``init``."""
     if config.init != "svd" or config.embedding_num_cores is not None:
         return config
     given = config.layer_config or {}
     pins = {}
     for record in swapped:
         overrides = overrides_for(record.name, given)
-        two_factors = record.kind == "ebc" or (record.kind == "embedding" and token_table_cores(*record.shape) == TRAINED_TABLE_CORES)
+        two_factors = record.kind == "ebc" or (record.kind == "embedding" and record.modes == _two_factor_modes(*record.shape))
         if two_factors and "num_cores" not in overrides:
             ranked = "max_rank" in overrides or config.embedding_max_rank is not None or config.max_rank is not None
             pins[record.name] = {**overrides, "num_cores": TRAINED_TABLE_CORES,
                                  **({} if ranked else {"max_rank": max(record.ranks)})}
     return config.replace(layer_config={**given, **pins}) if pins else config
+
+
+def _two_factor_modes(rows: int, dim: int) -> str:
+    """How a layer summary writes the modes of a ``rows`` × ``dim`` table as two factors."""
+    return format_modes(*table_modes(rows, dim, TRAINED_TABLE_CORES, None, None), "×")

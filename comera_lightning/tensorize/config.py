@@ -52,8 +52,8 @@ class TensorizeConfig:
             low-rank product, 3: the paper's six-core trains (docs/METHOD.md §1.1).
         embedding_num_cores: cores of an embedding table; 1: two factors (rows × rank, rank × dim), as ``num_cores=1``
             is for linears; None: 2 for an ``nn.Embedding`` (a two-core TT-matrix), 4 for TorchRec tables, or 1 with
-            ``init="svd"`` for TorchRec tables and for ``nn.Embedding`` tables with at least 32 rows per column (a
-            trained table starts as its truncated SVD; ``converters.TALL_TABLE_ROWS_PER_COLUMN``).
+            ``init="svd"`` for TorchRec tables and for the ``nn.Embedding`` tables whose truncated SVD keeps clearly
+            more of them than the TT-matrix (``tensorize/table_form.py``).
         init: ``"random"`` (variance of the layer replaced), ``"paper"`` (docs/METHOD.md §1.1) or
             ``"svd"`` (TT-SVD of the current weights, for pretrained models).
         layer_config: per-layer overrides, ``{rule: {option: value}}``; a rule is a name, a dotted

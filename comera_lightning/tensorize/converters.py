@@ -15,10 +15,11 @@ from torch import nn
 from comera_lightning.layers import TTEmbedding, TTLinear, TTMultiheadAttention
 from comera_lightning.tensorize.config import DEFAULT_EMBEDDING_RANK, TRAINED_TABLE_CORES, TensorizeConfig
 from comera_lightning.tensorize.registry import Converter, register_converter, register_integration
+from comera_lightning.tensorize.table_form import TOKEN_TABLE_CORES
 
 __all__ = [
     "EBC_OPTIONS", "EMBEDDING_OPTIONS", "LINEAR_OPTIONS", "bag_defaults", "build_linear_like", "embedding_defaults", "linear_defaults",
-    "no_converter_reason", "token_table_cores", "weight_std",
+    "no_converter_reason", "weight_std",
 ]
 
 
@@ -32,12 +33,8 @@ def linear_defaults(config: TensorizeConfig) -> dict[str, Any]:
 #: quality race, docs/TUNING_QUALITY_RACE.md), a TorchRec table as four (TT-Rec's layout; its rows are millions) or,
 #: from its trained weights (``init="svd"``), as two factors (``TRAINED_TABLE_CORES``): its truncated SVD is the best
 #: start of its size, and a TT-matrix's split of the row index costs a trained table dear (docs/COMPRESS_CLASSIFIERS.md,
-#: "A DLRM's tables"). A trained token table becomes two factors too when it is tall (``TALL_TABLE_ROWS_PER_COLUMN``).
-TOKEN_TABLE_CORES, BAG_TABLE_CORES = 2, 4
-#: A trained ``nn.Embedding`` with at least this many rows per column starts as two factors (a BERT's 8,192 × 128
-#: table: +1.6 / +0.8 points of accuracy at 8x / 32x, two seeds); a squat one keeps the TT-matrix (a Llama's 512 × 64
-#: table did better as one at 4x: docs/COMPRESS_CLASSIFIERS.md).
-TALL_TABLE_ROWS_PER_COLUMN = 32
+#: "A DLRM's tables"). A trained token table becomes two factors when they keep clearly more of it (``table_form.py``).
+BAG_TABLE_CORES = 4
 
 
 def _table_defaults(config: TensorizeConfig, cores: int, fallback_rank: int | None, trained_cores: int | None = None) -> dict[str, Any]:
@@ -55,16 +52,11 @@ def _table_defaults(config: TensorizeConfig, cores: int, fallback_rank: int | No
 
 def embedding_defaults(config: TensorizeConfig) -> dict[str, Any]:
     """Options of ``nn.Embedding`` tables (``max_rank`` None: ``embedding_rank_fraction`` of the embedding dim;
-    ``num_cores`` None: decided by the trained table's shape, ``token_table_cores``, when the layer is built)."""
+    ``num_cores`` None: decided from the trained table, ``table_form.token_table_cores``, when the layer is built)."""
     options = {**_table_defaults(config, TOKEN_TABLE_CORES, None), "rank_fraction": config.embedding_rank_fraction}
     if config.init == "svd" and config.embedding_num_cores is None:
         options["num_cores"] = None
     return options
-
-
-def token_table_cores(num_rows: int, dim: int) -> int:
-    """Cores of a trained token table whose layout is not given: two factors when tall, else the TT-matrix."""
-    return TRAINED_TABLE_CORES if num_rows >= TALL_TABLE_ROWS_PER_COLUMN * dim else TOKEN_TABLE_CORES
 
 
 def bag_defaults(config: TensorizeConfig) -> dict[str, Any]:
