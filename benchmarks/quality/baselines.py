@@ -3,13 +3,17 @@
 * ``activation_scales`` + ``asvd_factors_``: activation-aware SVD (ASVD, Yuan et al. 2023): each linear layer's input
   features weighted by their mean |activation|^α on calibration batches before the truncated SVD, so the directions
   the data uses are kept; token tables (no activations in) take the plain SVD.
+* ``fisher_scales`` + ``fwsvd_factors_``: Fisher-weighted SVD (FWSVD, Hsu et al. 2022): each linear layer's output
+  features weighted by the square root of their summed squared loss gradients on calibration batches (the Fisher
+  information of the weight's rows) before the truncated SVD, so the outputs the loss is sensitive to are kept.
 * ``magnitude_prune_``: ``torch.nn.utils.prune`` global magnitude pruning of the same layers' weights down to a count
   of nonzeros (unstructured: it saves parameters only where sparse storage is used).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 import torch
 from torch import nn
@@ -56,6 +60,37 @@ def asvd_factors_(model: nn.Module, ranks: dict[str, int], scales: dict[str, tor
     svd_factors_(model, ranks)
     for name, scale in scales.items():
         model.get_submodule(name).u.div_(scale[:, None].to(model.get_submodule(name).u))
+
+
+def fisher_scales(model: nn.Module, names: Iterable[str], batches: Iterable[Any],
+                  loss_of: Callable[[nn.Module, Any], torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Per output feature of each named linear-like layer: √(Σ over the batches of its weight row's squared
+    gradients of ``loss_of(model, batch)``), relative to the layer's mean (token tables are left out, as in ASVD)."""
+    layers = {n: model.get_submodule(n) for n in names if not isinstance(model.get_submodule(n), nn.Embedding)}
+    sums: dict[str, torch.Tensor] = {}
+    for batch in batches:
+        model.zero_grad(set_to_none=True)
+        loss_of(model, batch).backward()
+        for name, layer in layers.items():
+            grad = _as_layer(layer, layer.weight.grad.float())  # (in, out) either way: the transpose is its own inverse
+            sums[name] = sums.get(name, 0) + grad.pow(2).sum(0)
+    model.zero_grad(set_to_none=True)
+    scales = {n: total.sqrt() for n, total in sums.items()}
+    return {n: (scale / scale.mean()).clamp_min(1e-3) for n, scale in scales.items()}
+
+
+@torch.no_grad()
+def fwsvd_factors_(model: nn.Module, ranks: dict[str, int], scales: dict[str, torch.Tensor]) -> None:
+    """``svd_factors_`` with each linear layer's SVD taken of ``W · diag(scale)`` over its outputs and the scale undone
+    on the output factor: the rank-r product closest to W where the loss is sensitive."""
+    scales = {n: scale for n, scale in scales.items() if n in ranks}
+    for name, scale in scales.items():
+        layer = model.get_submodule(name)
+        weight = layer.weight if type(layer).__name__ == "Conv1D" else layer.weight.T  # (in, out)
+        layer.weight.copy_(_as_layer(layer, weight * scale[None, :]))
+    svd_factors_(model, ranks)
+    for name, scale in scales.items():
+        model.get_submodule(name).v.div_(scale[None, :].to(model.get_submodule(name).v))
 
 
 def _as_layer(layer: nn.Module, weight_in_out: torch.Tensor) -> torch.Tensor:

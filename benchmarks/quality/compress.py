@@ -11,6 +11,8 @@ A causal LM (``ModelSpec``, default a Llama of width 64 and 4 blocks on the code
 * ``svd_ft``: the same, fine-tuned the same extra steps (the plain path: SVD + fine-tuning);
 * ``asvd_ft``: the same with activation-aware SVD (each input feature weighted by its mean |activation|^0.5 on 8
   training batches, ASVD), fine-tuned;
+* ``fwsvd_ft``: the same with Fisher-weighted SVD (each output feature weighted by √ of its summed squared loss
+  gradients on 8 training batches, FWSVD), fine-tuned;
 * ``prune_ft``: ``torch.nn.utils.prune`` global magnitude pruning of the same layers' weights to the weights CoMERA
   kept (nonzeros; unstructured), fine-tuned with the masks;
 * ``dense_ft``: the dense model trained the same extra steps (what compression costs);
@@ -37,7 +39,7 @@ from benchmarks.quality.runs import fit, print_result
 from benchmarks.quality.settings import RaceSettings, _options
 from benchmarks.quality.weights_cache import add_run_arguments, apply_check, load_or_train
 
-SYSTEMS = ("comera", "svd", "svd_ft", "asvd_ft", "prune_ft", "dense_ft", "small")
+SYSTEMS = ("comera", "svd", "svd_ft", "asvd_ft", "fwsvd_ft", "prune_ft", "dense_ft", "small")
 CALIBRATION_BATCHES = 8
 CHECK = {"model": "llama:32:1", "train_steps": 16, "epochs": 2, "batch_size": 4, "block_size": 32, "vocab_size": 300,
          "max_bytes": 300_000, "val_batches": 2, "ft_epochs": 2}
@@ -154,20 +156,26 @@ def trained_model(args: argparse.Namespace, spec: ModelSpec, data: Any, state: d
 
 def plain_baselines(args: argparse.Namespace, spec: ModelSpec, data: Any, state: dict[str, Any], ranks: dict[str, int],
                     systems: list[str], settings: RaceSettings, extra: int, modules: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """ASVD + fine-tuning and magnitude pruning + fine-tuning at CoMERA's sizes, those of ``systems`` asked (their
+    """ASVD, FWSVD and magnitude pruning, each + fine-tuning at CoMERA's sizes, those of ``systems`` asked (their
     trained modules added to ``modules``)."""
     import itertools
 
-    from benchmarks.quality.baselines import activation_scales, asvd_factors_, kept_weights, magnitude_prune_, nonzero_parameters
+    from benchmarks.quality.baselines import (activation_scales, asvd_factors_, fisher_scales, fwsvd_factors_, kept_weights,
+                                              magnitude_prune_, nonzero_parameters)
 
     results: dict[str, dict[str, Any]] = {}
-    if not {"asvd_ft", "prune_ft"} & set(systems):
+    if not {"asvd_ft", "fwsvd_ft", "prune_ft"} & set(systems):
         return results
     dense = trained_model(args, spec, data, state).model.eval()
-    if "asvd_ft" in systems:
-        scales = activation_scales(dense, ranks, itertools.islice(data.train_dataloader(), CALIBRATION_BATCHES))
-        results["asvd_ft"], modules["asvd_ft"] = fit("asvd_ft", spec, settings, data, lr=args.ft_lr, steps=extra, start_from=copy.deepcopy(state),
-                                    transform=lambda model: asvd_factors_(model, ranks, scales))
+    calibrations = {  # each weighted SVD: its scales from the dense model on calibration batches, and its factors
+        "asvd_ft": (lambda batches: activation_scales(dense, ranks, batches), asvd_factors_),
+        "fwsvd_ft": (lambda batches: fisher_scales(dense, ranks, batches, lambda model, batch: model(**batch).loss), fwsvd_factors_),
+    }
+    for system in [s for s in calibrations if s in systems]:
+        calibrate, factors_ = calibrations[system]
+        scales = calibrate(itertools.islice(data.train_dataloader(), CALIBRATION_BATCHES))
+        results[system], modules[system] = fit(system, spec, settings, data, lr=args.ft_lr, steps=extra, start_from=copy.deepcopy(state),
+                                               transform=lambda model, scales=scales, factors_=factors_: factors_(model, ranks, scales))
     if "prune_ft" in systems:
         keep = kept_weights(ranks, dense)
         results["prune_ft"], modules["prune_ft"] = fit("prune_ft", spec, settings, data, lr=args.ft_lr, steps=extra,

@@ -1,7 +1,9 @@
 r"""Compressing a trained sentence-pair classifier: CoMERA against the plain paths a user would write instead (issue #52).
 
 ``compress.py``'s comparison on the clothing-review pairs (``pairs_frontier``'s DATA) and one of two classifiers
-(``--model``, ``pair_models.py``): ``make demo``'s Transformer, or ``examples/huggingface.py``'s Hugging Face BERT. The
+(``--model``, ``pair_models.py``): ``make demo``'s Transformer, or ``examples/huggingface.py``'s Hugging Face BERT; or
+on Python source, the package's CodeBERT-like masked LM (``--model codebert``, ``code_models.py``: its accuracy the
+masked-token accuracy). The
 dense model is trained ``--epochs`` with its own ``configure_optimizers`` (the Transformer: AdamW at a constant 1e-3;
 the BERT: AdamW 1e-3 with a cosine over the run, as the example writes it); then, from those weights, each system trains ``--extra`` times the dense steps more
 (``max_steps``, validating once per epoch; every reported validation loss is that of the final weights), in one
@@ -51,7 +53,8 @@ from benchmarks.quality.compress_common import (
     run_systems,
 )
 from benchmarks.quality.models import svd_factors_, svd_ranks_of
-from benchmarks.quality.pair_models import PAIR_MODELS, PairLogits, pair_inputs
+from benchmarks.quality.code_models import CODE_MODELS
+from benchmarks.quality.pair_models import PAIR_MODELS, PairLogits, PairModel, pair_inputs
 from benchmarks.quality.pairs_frontier import DATA
 from benchmarks.quality.served import served_program, without_masks
 from benchmarks.quality.settings import _options, systems_of
@@ -61,17 +64,18 @@ from benchmarks.quality.weights_cache import (
     load_or_train,
 )
 from comera_lightning import BudgetConfig, ComeraCallback, TensorizeConfig
-from comera_lightning.data.pairs import SentencePairDataModule
 
 SYSTEMS = ("comera", "svd", "svd_ft", "prune_ft", "fixed", "small", "dense_ft")
 NEEDS = {"svd": ("comera",), "svd_ft": ("comera",), "prune_ft": ("comera",), "small": ("comera",)}
 CHECK = {"epochs": 2, "limit_batches": 4, "compressions": "8"}
+MODELS = {**PAIR_MODELS, **CODE_MODELS}
 
 
 def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", choices=sorted(PAIR_MODELS), default="transformer",
-                        help="the package's Transformer (make demo's) or examples/huggingface.py's Hugging Face BERT")
+    parser.add_argument("--model", choices=sorted(MODELS), default="transformer",
+                        help="the package's Transformer (make demo's), examples/huggingface.py's Hugging Face BERT, or "
+                        "the package's CodeBERT-like masked LM on Python source")
     parser.add_argument("--epochs", type=int, default=2, help="epochs of the dense training (492 steps each: 984 steps)")
     parser.add_argument("--extra", type=float, default=0.25, help="compress steps, as a fraction of the dense steps")
     parser.add_argument("--compressions", default="8,32", help="compressions of the tensorized layers, comma-separated")
@@ -94,17 +98,19 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
     unknown = sorted(set(_options(args.comera)) - set(BudgetConfig.option_names()))
     if unknown:
         parser.error(f"--comera: unknown {unknown}; BudgetConfig fields are {BudgetConfig.option_names()}")
+    if args.served and args.model in CODE_MODELS:
+        parser.error(f"--served times sentence-pair classifiers; {args.model} is a masked LM: drop --served")
     return args, systems
 
 
-def fit(system: str, data: SentencePairDataModule, args: argparse.Namespace, steps: int, *,
+def fit(system: str, data: L.LightningDataModule, args: argparse.Namespace, steps: int, *,
         state: dict[str, Any] | None = None, ranks: dict[str, int] | None = None, budget: BudgetConfig | None = None,
         d_model: int | None = None, transform: Any = None) -> tuple[dict[str, Any], L.LightningModule]:
     """One system: a fresh model (``state`` loaded, then ``ranks`` as SVD factors, then ``transform``), trained
     ``steps`` (0: not trained, only evaluated), with CoMERA when ``budget`` is given; its validation loss and test
     accuracy, and the model."""
     L.seed_everything(args.seed, verbose=False)
-    kind = PAIR_MODELS[args.model]
+    kind = MODELS[args.model]
     d_model = d_model or kind.width
     model = kind.build(data, d_model)
     if state is not None:
@@ -130,15 +136,16 @@ def fit(system: str, data: SentencePairDataModule, args: argparse.Namespace, ste
     return result, model
 
 
-def dense_steps(data: SentencePairDataModule, args: argparse.Namespace) -> int:
+def dense_steps(data: L.LightningDataModule, args: argparse.Namespace) -> int:
     """The dense training's optimizer steps: ``--epochs`` epochs of the training data (``--limit-batches`` each)."""
     per_epoch = len(data.train_dataloader())
     return args.epochs * (min(per_epoch, args.limit_batches) if args.limit_batches else per_epoch)
 
 
-def trained_dense(data: SentencePairDataModule, args: argparse.Namespace, steps: int) -> tuple[dict[str, Any], dict[str, Any]]:
+def trained_dense(data: L.LightningDataModule, args: argparse.Namespace, steps: int) -> tuple[dict[str, Any], dict[str, Any]]:
     """The dense model trained ``steps`` (from the cache when it holds this very run): (weights, result)."""
-    settings = json.dumps({"model": PAIR_MODELS[args.model].settings, "data": DATA, "steps": steps, "limit": args.limit_batches}, sort_keys=True)
+    kind = MODELS[args.model]
+    settings = json.dumps({"model": kind.settings, "data": data_settings(kind), "steps": steps, "limit": args.limit_batches}, sort_keys=True)
     key = f"pairs{'' if args.model == 'transformer' else '_' + args.model}_s{steps}_seed{args.seed}_{hashlib.sha1(settings.encode()).hexdigest()[:10]}"
     state, result, cached = load_or_train(args.cache / f"{key}.pt", lambda: fit("dense", data, args, steps))
     if cached:
@@ -148,20 +155,25 @@ def trained_dense(data: SentencePairDataModule, args: argparse.Namespace, steps:
     return state, result
 
 
-def served_pairs(model: L.LightningModule, data: SentencePairDataModule) -> dict[str, Any]:
+def data_settings(kind: PairModel) -> dict[str, Any]:
+    """The data a kind trains on, as recorded: its own (``settings["data"]``), else the pairs'."""
+    return kind.settings.get("data", DATA)
+
+
+def served_pairs(model: L.LightningModule, data: L.LightningDataModule) -> dict[str, Any]:
     """``model``'s exported program: file bytes, batch-1/32 ms on pairs of the data's ``max_length`` tokens."""
     return served_program(PairLogits(without_masks(model)), pair_inputs(data.vocab_size, DATA["max_length"]))
 
 
-def served_dense(state: dict[str, Any], data: SentencePairDataModule, args: argparse.Namespace) -> dict[str, Any]:
+def served_dense(state: dict[str, Any], data: L.LightningDataModule, args: argparse.Namespace) -> dict[str, Any]:
     """``served_pairs`` of the dense model holding ``state``."""
-    kind = PAIR_MODELS[args.model]
+    kind = MODELS[args.model]
     model = kind.build(data, kind.width)
     model.load_state_dict(state)
     return served_pairs(model, data)
 
 
-def compress_at(data: SentencePairDataModule, args: argparse.Namespace, systems: list[str], state: dict[str, Any],
+def compress_at(data: L.LightningDataModule, args: argparse.Namespace, systems: list[str], state: dict[str, Any],
                 compression: float, steps: int, extra: int) -> dict[str, dict[str, Any]]:
     """Every system of ``systems`` at one compression, from the trained ``state`` (``steps``: the dense training's)."""
     options = _options(args.comera)
@@ -175,7 +187,7 @@ def compress_at(data: SentencePairDataModule, args: argparse.Namespace, systems:
     if "svd_ft" in systems:
         results["svd_ft"], _ = fit("svd_ft", data, args, extra, state=state, ranks=ranks)
     if "prune_ft" in systems:
-        kind = PAIR_MODELS[args.model]
+        kind = MODELS[args.model]
         keep = kept_weights(ranks, kind.build(data, kind.width))
         results["prune_ft"], _ = fit("prune_ft", data, args, extra, state=state,
                                      transform=lambda model: magnitude_prune_(model, ranks, keep))
@@ -183,7 +195,7 @@ def compress_at(data: SentencePairDataModule, args: argparse.Namespace, systems:
         fixed = BudgetConfig(compression=compression, **{**options, "adapt": False})
         results["fixed"], _ = fit("fixed", data, args, extra, state=state, budget=fixed)
     if "small" in systems:
-        width = PAIR_MODELS[args.model].narrow_width(data, comera["parameters"])
+        width = MODELS[args.model].narrow_width(data, comera["parameters"])
         results["small"], _ = fit("small", data, args, steps + extra, d_model=width)
     return results
 
@@ -191,7 +203,7 @@ def compress_at(data: SentencePairDataModule, args: argparse.Namespace, systems:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args, systems = parse_args(argv)
     torch.set_num_threads(1)
-    data = SentencePairDataModule(**DATA, seed=args.seed)
+    data = MODELS[args.model].data(args.seed)
     data.prepare_data()
     data.setup("fit")
     steps = dense_steps(data, args)
@@ -199,7 +211,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     out: dict[str, Any] = {
         "benchmark": "compress_pairs", "command": recorded_command("benchmarks.quality.compress_pairs", argv),
         "date": datetime.date.today().isoformat(), "machine": machine_basics(),
-        "model_kind": args.model, "model": PAIR_MODELS[args.model].settings, "data": DATA,
+        "model_kind": args.model, "model": MODELS[args.model].settings, "data": data_settings(MODELS[args.model]),
         "args": {k: v for k, v in vars(args).items() if k not in ("cache", "out")}, "systems": systems,
         "dense_steps": steps, "extra_steps": extra}
     return run_systems(out, args, systems, lambda: trained_dense(data, args, steps),
@@ -217,7 +229,8 @@ def table(out: dict[str, Any]) -> str:
     """Test accuracy (points against the trained dense model), validation loss and parameters per system and
     compression (markdown), the dense model's above them."""
     dense = out["dense"]
-    return markdown(out, SYSTEMS, f"Sentence-pair {out.get('model_kind', 'transformer')}",
+    kind = out.get("model_kind", "transformer")
+    return markdown(out, SYSTEMS, f"Sentence-pair {kind}" if kind in PAIR_MODELS else f"Masked LM {kind}",
                     f"dense trained {out['dense_steps']} steps: test acc {dense['test_acc']:.4f}, val loss "
                     f"{dense['val_loss']:.4f}, {dense['parameters']:,} parameters", _cell,
                     "Test accuracy (points against dense), validation loss, the whole model's parameters; small: dense "

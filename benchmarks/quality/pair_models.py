@@ -16,6 +16,7 @@ from typing import Any
 import lightning as L
 import torch
 
+from benchmarks.quality.pairs_frontier import DATA
 from benchmarks.quality.pairs_frontier import MODEL as TRANSFORMER
 from benchmarks.quality.pairs_frontier import _model as _transformer
 from comera_lightning.data.pairs import SentencePairDataModule
@@ -101,15 +102,22 @@ def pair_inputs(vocab_size: int, length: int) -> Callable[[int], tuple[torch.Ten
     return lambda batch: (ids[:batch], mask[:batch], types[:batch])
 
 
+def pair_data(seed: int) -> SentencePairDataModule:
+    """The clothing-review pairs (``pairs_frontier``'s DATA), split by ``seed``."""
+    return SentencePairDataModule(**DATA, seed=seed)
+
+
 @dataclass(frozen=True)
 class PairModel:
-    """One kind of classifier: its settings (recorded in the results), full width, head count and builder."""
+    """One kind of classifier: its settings (recorded in the results), full width, head count, builder, LR setter and
+    data module (by seed; the pairs unless given)."""
 
     settings: dict[str, Any]
     width: int
     heads: int
-    build: Callable[[SentencePairDataModule, int], L.LightningModule]
+    build: Callable[[Any, int], L.LightningModule]
     set_lr: Callable[[L.LightningModule, float], None]
+    data: Callable[[int], L.LightningDataModule] = pair_data
 
     def narrow_width(self, data: SentencePairDataModule, target: int) -> int:
         """The width (a multiple of the head count, below the full one) whose dense model is nearest ``target``

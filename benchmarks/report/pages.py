@@ -113,6 +113,9 @@ PAGES = [
                      "from the trained weights at LR 3e-4 (`--ft-lr 3e-4`); `compress_pairs_bert_tt_tables`: before, the "
                      "token table as a two-core TT-matrix; `compress_pairs_bert_core_steps_1`: that with "
                      "`core_step_scale=1` (tried)."),
+             Section("The same BERT with 10 % extra steps", ("compress_pairs_bert_extra10.json", "compress_pairs_bert_extra10_seed1.json"),
+                     f"{OURS}:pairs_by_seed", "`python -m benchmarks.quality.compress_pairs --model bert --extra 0.1 "
+                     "[--seed 1]`: 98 extra steps; the mean of seeds 0 and 1."),
              Section("A trained DLRM's tables (MovieLens-100K) compressed 4×, 8× and 32×", DLRM, f"{OURS}:dlrm_by_seed",
                      "`python -m benchmarks.quality.compress_dlrm`: the users', items' and zip codes' tables (2,975 of "
                      "3,028 rows, dim 16), 25 % extra steps; the mean of seeds 0 and 1. `compress_dlrm`: today's "

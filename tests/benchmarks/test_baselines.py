@@ -1,9 +1,11 @@
-"""benchmarks/quality/baselines: activation-aware SVD and magnitude pruning, on plain layers."""
+"""benchmarks/quality/baselines: activation-aware and Fisher-weighted SVD, magnitude pruning, on plain layers."""
 
 import torch
 from torch import nn
 
-from benchmarks.quality.baselines import activation_scales, asvd_factors_, kept_weights, magnitude_prune_, nonzero_parameters
+from benchmarks.quality.baselines import (activation_scales, asvd_factors_, fisher_scales, fwsvd_factors_, kept_weights,
+                                         magnitude_prune_, nonzero_parameters)
+from benchmarks.quality.models import svd_factors_
 
 
 class Net(nn.Module):
@@ -27,11 +29,31 @@ def test_asvd_at_full_rank_is_exact_and_at_low_rank_favours_the_inputs_the_data_
     torch.testing.assert_close(exact.first(x), net.first(x), rtol=1e-4, atol=1e-4)
     plain, aware = Net(), Net()
     plain.load_state_dict(net.state_dict()), aware.load_state_dict(net.state_dict())
-    from benchmarks.quality.models import svd_factors_
     svd_factors_(plain, {"first": 4})
     asvd_factors_(aware, {"first": 4}, scales)
     target = net.first(x)
     assert (aware.first(x) - target).norm() < 0.5 * (plain.first(x) - target).norm()
+
+
+def test_fwsvd_at_full_rank_is_exact_and_at_low_rank_favours_the_outputs_the_loss_reads():
+    torch.manual_seed(0)
+    net = Net()
+    with torch.no_grad():
+        net.second.weight[:, 4:] = 0  # the loss reads 4 of the first layer's 32 outputs
+    x = torch.randn(64, 16)
+    scales = fisher_scales(net, ["first", "second"], [x], lambda model, batch: model(batch).pow(2).mean())
+    assert scales["first"][:4].min() > 100 * scales["first"][4:].max() and set(scales) == {"first", "second"}
+    exact = Net()
+    exact.load_state_dict(net.state_dict())
+    fwsvd_factors_(exact, {"first": 16}, scales)
+    torch.testing.assert_close(exact.first(x), net.first(x), rtol=1e-4, atol=1e-4)
+    assert all(p.grad is None for p in net.parameters()), "the gradients taken are cleared"
+    plain, aware = Net(), Net()
+    plain.load_state_dict(net.state_dict()), aware.load_state_dict(net.state_dict())
+    svd_factors_(plain, {"first": 4})
+    fwsvd_factors_(aware, {"first": 4}, {"first": scales["first"]})
+    target = net.first(x)[:, :4]
+    assert (aware.first(x)[:, :4] - target).norm() < 0.5 * (plain.first(x)[:, :4] - target).norm()
 
 
 def test_magnitude_pruning_keeps_the_weights_asked_for():
