@@ -6,11 +6,7 @@ tokens masked). Its accuracy is the masked-token accuracy; its loss the masked-t
 
 from __future__ import annotations
 
-import dataclasses
-
-import lightning as L
-
-from benchmarks.quality.pair_models import PairModel
+from benchmarks.quality.pair_models import PairModel, group_lrs
 from comera_lightning.data.code import CodeCorpusDataModule
 from comera_lightning.models.codebert import MaskedLanguageModel
 
@@ -26,13 +22,9 @@ def _codebert(data: CodeCorpusDataModule, width: int) -> MaskedLanguageModel:
     return MaskedLanguageModel(vocab_size=data.vocab_size, **{**CODEBERT, "d_model": width, "d_ff": 4 * width})
 
 
-def _codebert_lr(model: L.LightningModule, lr: float) -> None:
-    model.param_group_settings = dataclasses.replace(model.param_group_settings, lr_cores=lr, lr_other=lr)
-
-
 def _code_data(seed: int) -> CodeCorpusDataModule:
     return CodeCorpusDataModule(**CODE_DATA, seed=seed)
 
 
 CODE_MODELS = {"codebert": PairModel({**CODEBERT, "data": CODE_DATA}, CODEBERT["d_model"], CODEBERT["num_heads"],
-                                     _codebert, _codebert_lr, _code_data)}
+                                     _codebert, group_lrs, _code_data)}

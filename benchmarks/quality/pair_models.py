@@ -69,7 +69,8 @@ def _bert_lr(model: BertPairClassifier, lr: float) -> None:
     model.hparams.lr = lr
 
 
-def _transformer_lr(model: L.LightningModule, lr: float) -> None:
+def group_lrs(model: L.LightningModule, lr: float) -> None:
+    """``lr`` for both param groups of a package model (``param_group_settings``: cores and the rest)."""
     model.param_group_settings = dataclasses.replace(model.param_group_settings, lr_cores=lr, lr_other=lr)
 
 
@@ -129,6 +130,6 @@ class PairModel:
 
 
 PAIR_MODELS = {
-    "transformer": PairModel(TRANSFORMER, TRANSFORMER["d_model"], TRANSFORMER["num_heads"], _transformer, _transformer_lr),
+    "transformer": PairModel(TRANSFORMER, TRANSFORMER["d_model"], TRANSFORMER["num_heads"], _transformer, group_lrs),
     "bert": PairModel(BERT, BERT["hidden_size"], BERT["num_attention_heads"], _bert, _bert_lr),
 }
