@@ -49,17 +49,10 @@ def activation_scales(model: nn.Module, names: Iterable[str], batches: Iterable[
     return {n: (sums[n] / counts[n]).clamp_min(1e-6) ** alpha for n in sums}
 
 
-@torch.no_grad()
 def asvd_factors_(model: nn.Module, ranks: dict[str, int], scales: dict[str, torch.Tensor]) -> None:
     """``svd_factors_`` with each linear layer's SVD taken of ``diag(scale) · W`` and the scale undone on the input
     factor: the rank-r product closest to W where the inputs are large."""
-    for name, scale in scales.items():
-        layer = model.get_submodule(name)
-        weight = layer.weight if type(layer).__name__ == "Conv1D" else layer.weight.T  # (in, out)
-        layer.weight.copy_(_as_layer(layer, scale[:, None] * weight))
-    svd_factors_(model, ranks)
-    for name, scale in scales.items():
-        model.get_submodule(name).u.div_(scale[:, None].to(model.get_submodule(name).u))
+    _scaled_svd_factors_(model, ranks, scales, outputs=False)
 
 
 def fisher_scales(model: nn.Module, names: Iterable[str], batches: Iterable[Any],
@@ -79,18 +72,25 @@ def fisher_scales(model: nn.Module, names: Iterable[str], batches: Iterable[Any]
     return {n: (scale / scale.mean()).clamp_min(1e-3) for n, scale in scales.items()}
 
 
-@torch.no_grad()
 def fwsvd_factors_(model: nn.Module, ranks: dict[str, int], scales: dict[str, torch.Tensor]) -> None:
     """``svd_factors_`` with each linear layer's SVD taken of ``W · diag(scale)`` over its outputs and the scale undone
     on the output factor: the rank-r product closest to W where the loss is sensitive."""
-    scales = {n: scale for n, scale in scales.items() if n in ranks}
+    _scaled_svd_factors_(model, ranks, scales, outputs=True)
+
+
+@torch.no_grad()
+def _scaled_svd_factors_(model: nn.Module, ranks: dict[str, int], scales: dict[str, torch.Tensor], outputs: bool) -> None:
+    """``svd_factors_`` of each scaled layer's weight, its input (``outputs`` False) or output features multiplied by
+    ``scales``, the scale then divided out of that side's factor (``u``: inputs × rank; ``v``: rank × outputs)."""
+    scales = {n: scale[None, :] if outputs else scale[:, None] for n, scale in scales.items() if n in ranks}
     for name, scale in scales.items():
         layer = model.get_submodule(name)
         weight = layer.weight if type(layer).__name__ == "Conv1D" else layer.weight.T  # (in, out)
-        layer.weight.copy_(_as_layer(layer, weight * scale[None, :]))
+        layer.weight.copy_(_as_layer(layer, weight * scale))
     svd_factors_(model, ranks)
     for name, scale in scales.items():
-        model.get_submodule(name).v.div_(scale[None, :].to(model.get_submodule(name).v))
+        factor = model.get_submodule(name).v if outputs else model.get_submodule(name).u
+        factor.div_(scale.to(factor))
 
 
 def _as_layer(layer: nn.Module, weight_in_out: torch.Tensor) -> torch.Tensor:

@@ -175,7 +175,7 @@ def plain_baselines(args: argparse.Namespace, spec: ModelSpec, data: Any, state:
         calibrate, factors_ = calibrations[system]
         scales = calibrate(itertools.islice(data.train_dataloader(), CALIBRATION_BATCHES))
         results[system], modules[system] = fit(system, spec, settings, data, lr=args.ft_lr, steps=extra, start_from=copy.deepcopy(state),
-                                               transform=lambda model, scales=scales, factors_=factors_: factors_(model, ranks, scales))
+                                               transform=lambda model: factors_(model, ranks, scales))
     if "prune_ft" in systems:
         keep = kept_weights(ranks, dense)
         results["prune_ft"], modules["prune_ft"] = fit("prune_ft", spec, settings, data, lr=args.ft_lr, steps=extra,
