@@ -22,9 +22,5 @@ def _codebert(data: CodeCorpusDataModule, width: int) -> MaskedLanguageModel:
     return MaskedLanguageModel(vocab_size=data.vocab_size, **{**CODEBERT, "d_model": width, "d_ff": 4 * width})
 
 
-def _code_data(seed: int) -> CodeCorpusDataModule:
-    return CodeCorpusDataModule(**CODE_DATA, seed=seed)
-
-
-CODE_MODELS = {"codebert": PairModel({**CODEBERT, "data": CODE_DATA}, CODEBERT["d_model"], CODEBERT["num_heads"],
-                                     _codebert, group_lrs, _code_data)}
+CODE_MODELS = {"codebert": PairModel(CODEBERT, CODEBERT["d_model"], CODEBERT["num_heads"], _codebert, group_lrs,
+                                     CodeCorpusDataModule, CODE_DATA)}

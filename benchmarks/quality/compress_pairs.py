@@ -54,7 +54,7 @@ from benchmarks.quality.compress_common import (
 )
 from benchmarks.quality.models import svd_factors_, svd_ranks_of
 from benchmarks.quality.code_models import CODE_MODELS
-from benchmarks.quality.pair_models import PAIR_MODELS, PairLogits, PairModel, pair_inputs
+from benchmarks.quality.pair_models import PAIR_MODELS, PairLogits, pair_inputs
 from benchmarks.quality.pairs_frontier import DATA
 from benchmarks.quality.served import served_program, without_masks
 from benchmarks.quality.settings import _options, systems_of
@@ -145,7 +145,7 @@ def dense_steps(data: L.LightningDataModule, args: argparse.Namespace) -> int:
 def trained_dense(data: L.LightningDataModule, args: argparse.Namespace, steps: int) -> tuple[dict[str, Any], dict[str, Any]]:
     """The dense model trained ``steps`` (from the cache when it holds this very run): (weights, result)."""
     kind = MODELS[args.model]
-    settings = json.dumps({"model": kind.settings, "data": data_settings(kind), "steps": steps, "limit": args.limit_batches}, sort_keys=True)
+    settings = json.dumps({"model": kind.settings, "data": kind.data_settings, "steps": steps, "limit": args.limit_batches}, sort_keys=True)
     key = f"pairs{'' if args.model == 'transformer' else '_' + args.model}_s{steps}_seed{args.seed}_{hashlib.sha1(settings.encode()).hexdigest()[:10]}"
     state, result, cached = load_or_train(args.cache / f"{key}.pt", lambda: fit("dense", data, args, steps))
     if cached:
@@ -153,11 +153,6 @@ def trained_dense(data: L.LightningDataModule, args: argparse.Namespace, steps: 
               file=sys.stderr, flush=True)
         return state, {**result, "cached": True}
     return state, result
-
-
-def data_settings(kind: PairModel) -> dict[str, Any]:
-    """The data a kind trains on, as recorded: its own (``settings["data"]``), else the pairs'."""
-    return kind.settings.get("data", DATA)
 
 
 def served_pairs(model: L.LightningModule, data: L.LightningDataModule) -> dict[str, Any]:
@@ -211,7 +206,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     out: dict[str, Any] = {
         "benchmark": "compress_pairs", "command": recorded_command("benchmarks.quality.compress_pairs", argv),
         "date": datetime.date.today().isoformat(), "machine": machine_basics(),
-        "model_kind": args.model, "model": MODELS[args.model].settings, "data": data_settings(MODELS[args.model]),
+        "model_kind": args.model, "model": MODELS[args.model].settings, "data": MODELS[args.model].data_settings,
         "args": {k: v for k, v in vars(args).items() if k not in ("cache", "out")}, "systems": systems,
         "dense_steps": steps, "extra_steps": extra}
     return run_systems(out, args, systems, lambda: trained_dense(data, args, steps),

@@ -103,22 +103,22 @@ def pair_inputs(vocab_size: int, length: int) -> Callable[[int], tuple[torch.Ten
     return lambda batch: (ids[:batch], mask[:batch], types[:batch])
 
 
-def pair_data(seed: int) -> SentencePairDataModule:
-    """The clothing-review pairs (``pairs_frontier``'s DATA), split by ``seed``."""
-    return SentencePairDataModule(**DATA, seed=seed)
-
-
 @dataclass(frozen=True)
 class PairModel:
     """One kind of classifier: its settings (recorded in the results), full width, head count, builder, LR setter and
-    data module (by seed; the pairs unless given)."""
+    data (a data module class and its settings, recorded too: the clothing-review pairs unless given)."""
 
     settings: dict[str, Any]
     width: int
     heads: int
     build: Callable[[Any, int], L.LightningModule]
     set_lr: Callable[[L.LightningModule, float], None]
-    data: Callable[[int], L.LightningDataModule] = pair_data
+    data_class: type[L.LightningDataModule] = SentencePairDataModule
+    data_settings: dict[str, Any] = dataclasses.field(default_factory=lambda: dict(DATA))
+
+    def data(self, seed: int) -> L.LightningDataModule:
+        """The kind's data module, split by ``seed``."""
+        return self.data_class(**self.data_settings, seed=seed)
 
     def narrow_width(self, data: SentencePairDataModule, target: int) -> int:
         """The width (a multiple of the head count, below the full one) whose dense model is nearest ``target``
