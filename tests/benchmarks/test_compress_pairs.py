@@ -85,3 +85,18 @@ def test_a_wrong_option_is_refused_naming_it(options, problem, capsys):
     with pytest.raises(SystemExit):
         compress_pairs.main(options)
     assert problem in capsys.readouterr().err
+
+
+def test_the_codebert_small_kind_is_the_bundled_configs_model_and_data():
+    import yaml
+
+    from benchmarks.quality.code_models import CODE_MODELS
+
+    config = yaml.safe_load(open("configs/codebert_small.yaml"))
+    model, data = config["model"]["init_args"], config["data"]["init_args"]
+    kind = CODE_MODELS["codebert_small"]
+    shape = ("d_model", "num_layers", "num_heads", "d_ff", "max_positions", "tie_word_embeddings", "lr_other", "warmup_steps")
+    assert {name: kind.settings[name] for name in shape} == {name: model[name] for name in shape}
+    assert kind.settings["lr_cores"] == model["lr_other"], "one LR for every group: the plain factors' and the cores' alike"
+    assert kind.data_settings == {name: data[name] for name in kind.data_settings}
+    assert (kind.width, kind.heads) == (384, 6)
