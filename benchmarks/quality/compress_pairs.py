@@ -54,8 +54,7 @@ from benchmarks.quality.compress_common import (
 )
 from benchmarks.quality.models import svd_factors_, svd_ranks_of
 from benchmarks.quality.code_models import CODE_MODELS
-from benchmarks.quality.pair_models import PAIR_MODELS, PairLogits, pair_inputs
-from benchmarks.quality.pairs_frontier import DATA
+from benchmarks.quality.pair_models import PAIR_MODELS, PairLogits, PairModel, pair_inputs
 from benchmarks.quality.served import served_program, without_masks
 from benchmarks.quality.settings import _options, systems_of
 from benchmarks.quality.weights_cache import (
@@ -98,8 +97,6 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
     unknown = sorted(set(_options(args.comera)) - set(BudgetConfig.option_names()))
     if unknown:
         parser.error(f"--comera: unknown {unknown}; BudgetConfig fields are {BudgetConfig.option_names()}")
-    if args.served and args.model in CODE_MODELS:
-        parser.error(f"--served times sentence-pair classifiers; {args.model} is a masked LM: drop --served")
     return args, systems
 
 
@@ -130,7 +127,7 @@ def fit(system: str, data: L.LightningDataModule, args: argparse.Namespace, step
     result = {"system": system, "d_model": d_model, "parameters": nonzero_parameters(model), "steps": trainer.global_step,
               "val_loss": round(validation, 4), "test_acc": round(tested, 4), "seconds": round(seconds, 1)}
     if args.served and system not in ("dense", "dense_ft", "svd"):
-        result["served"] = served_pairs(model, data)
+        result["served"] = served_pairs(model, data, MODELS[args.model])
     print(f"  {system:8s} d_model {d_model:3d} parameters {result['parameters']:9,} steps {result['steps']:5d} val loss "
           f"{validation:.4f} test acc {tested:.4f} ({result['seconds']}s)", file=sys.stderr, flush=True)
     return result, model
@@ -155,9 +152,12 @@ def trained_dense(data: L.LightningDataModule, args: argparse.Namespace, steps: 
     return state, result
 
 
-def served_pairs(model: L.LightningModule, data: L.LightningDataModule) -> dict[str, Any]:
-    """``model``'s exported program: file bytes, batch-1/32 ms on pairs of the data's ``max_length`` tokens."""
-    return served_program(PairLogits(without_masks(model)), pair_inputs(data.vocab_size, DATA["max_length"]))
+def served_pairs(model: L.LightningModule, data: L.LightningDataModule, kind: PairModel) -> dict[str, Any]:
+    """``model``'s exported program: file bytes, batch-1/32 ms on inputs as long as the data's (pairs of
+    ``max_length`` tokens; a masked LM's blocks of ``block_size``)."""
+    pairs = "max_length" in kind.data_settings
+    length = kind.data_settings["max_length" if pairs else "block_size"]
+    return served_program(PairLogits(without_masks(model)), pair_inputs(data.vocab_size, length, two_sentences=pairs))
 
 
 def served_dense(state: dict[str, Any], data: L.LightningDataModule, args: argparse.Namespace) -> dict[str, Any]:
@@ -165,7 +165,7 @@ def served_dense(state: dict[str, Any], data: L.LightningDataModule, args: argpa
     kind = MODELS[args.model]
     model = kind.build(data, kind.width)
     model.load_state_dict(state)
-    return served_pairs(model, data)
+    return served_pairs(model, data, kind)
 
 
 def compress_at(data: L.LightningDataModule, args: argparse.Namespace, systems: list[str], state: dict[str, Any],

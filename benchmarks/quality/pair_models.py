@@ -94,11 +94,11 @@ class PairLogits(torch.nn.Module):
         return self.model(input_ids, attention_mask, token_type_ids)
 
 
-def pair_inputs(vocab_size: int, length: int) -> Callable[[int], tuple[torch.Tensor, ...]]:
+def pair_inputs(vocab_size: int, length: int, two_sentences: bool = True) -> Callable[[int], tuple[torch.Tensor, ...]]:
     """``batch -> (input_ids, attention_mask, token_type_ids)`` of ``length`` tokens (the second half the second
-    sentence), the same ids at every call."""
+    sentence, unless one text: ``two_sentences=False``), the same ids at every call."""
     ids = torch.randint(0, vocab_size, (32, length), generator=torch.Generator().manual_seed(0))
-    types = (torch.arange(length) >= length // 2).long().expand(32, length)
+    types = (torch.arange(length) >= length // 2).long().expand(32, length) * two_sentences
     mask = torch.ones(32, length, dtype=torch.bool)
     return lambda batch: (ids[:batch], mask[:batch], types[:batch])
 

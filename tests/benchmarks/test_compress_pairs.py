@@ -70,17 +70,17 @@ def test_the_hugging_face_bert_is_compressed_the_same_way_with_its_own_cache(tmp
 
 @pytest.mark.slow
 def test_the_codebert_masked_lm_is_compressed_on_python_source(tmp_path):
-    result = compress_pairs.main(["--check", "--model", "codebert", "--systems", "comera,svd_ft", "--cache",
+    result = compress_pairs.main(["--check", "--model", "codebert", "--systems", "comera,svd_ft", "--served", "--cache",
                                   str(tmp_path / "cache"), "--out", str(tmp_path / "c.json")])
     runs = result["by_compression"]["8"]
     assert result["data"]["max_files"] == 200 and abs(runs["svd_ft"]["parameters"] / runs["comera"]["parameters"] - 1) < 0.05
     assert 0 <= runs["comera"]["test_acc"] <= 1 and "Masked LM codebert" in compress_pairs.table(result)
+    assert runs["comera"]["served"]["file_bytes"] < result["dense"]["served"]["file_bytes"], "served as trained, smaller"
 
 
 @pytest.mark.parametrize("options, problem", [(["--systems", "svd"], "add comera"),
                                               (["--systems", "comera,wide"], "unknown ['wide']"),
-                                              (["--comera", "width=3"], "unknown ['width']"),
-                                              (["--model", "codebert", "--served"], "drop --served")])
+                                              (["--comera", "width=3"], "unknown ['width']")])
 def test_a_wrong_option_is_refused_naming_it(options, problem, capsys):
     with pytest.raises(SystemExit):
         compress_pairs.main(options)
