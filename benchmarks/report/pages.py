@@ -36,10 +36,10 @@ OURS = "benchmarks.report.tables"
 GPU = "benchmarks.report.tables_gpu"
 SCALING = "benchmarks.report.tables_scaling"
 PAIRS = tuple(f"compress_pairs{variant}{seed}.json" for variant in ("", "_trained_schedule", "_held_gates", "_gate_lr_2e-3", "_prune", "_distill",
-                                                                    "_tall_tables", "_ft_lr_3e-4")
+                                                                    "_tall_tables", "_ft_lr_3e-4", "_ft_lr_1e-4")
               for seed in ("", "_seed1"))
 
-BERT = tuple(f"compress_pairs_bert{variant}{seed}.json" for variant in ("", "_ft_lr_3e-4", "_tt_tables", "_core_steps_1")
+BERT = tuple(f"compress_pairs_bert{variant}{seed}.json" for variant in ("", "_ft_lr_3e-4", "_ft_lr_1e-4", "_tt_tables", "_core_steps_1")
              for seed in ("", "_seed1"))
 DLRM = tuple(f"compress_dlrm{variant}{seed}.json" for variant in ("", "_gate_lr_1e-3", "_tt_tables") for seed in ("", "_seed1"))
 
@@ -104,8 +104,8 @@ PAGES = [
                      "`compress_pairs_prune` magnitude pruning to the weights CoMERA kept (its comera rows: the "
                      "defaults again), `compress_pairs_distill` the defaults with the trained model as teacher; "
                      "`compress_pairs_tall_tables` today's defaults (the 8,192 × 64 token table, tall, starts as two "
-                     "factors), `compress_pairs_ft_lr_3e-4` the same with every run from the trained weights at LR 3e-4 "
-                     "(`--ft-lr 3e-4`)."),
+                     "factors), `compress_pairs_ft_lr_3e-4` and `_1e-4` the same with every run from the trained weights at "
+                     "LR 3e-4 and 1e-4 (`--ft-lr`)."),
              Section("The same classifier with 10 % extra steps", ("compress_pairs_extra10.json", "compress_pairs_extra10_seed1.json"),
                      f"{OURS}:pairs_by_seed", "`python -m benchmarks.quality.compress_pairs --extra 0.1 [--seed 1]`: 98 "
                      "extra steps; the mean of seeds 0 and 1."),
@@ -113,8 +113,8 @@ PAGES = [
                      "`python -m benchmarks.quality.compress_pairs --model bert`: `examples/huggingface.py`'s BERT (hidden "
                      "128, 2 layers, AdamW 1e-3 with a cosine over each run) on the same pairs, 25 % extra steps; the "
                      "mean of seeds 0 and 1. `compress_pairs_bert`: today's defaults (the 8,192 × 128 token table, tall, "
-                     "starts as two factors, its truncated SVD); `compress_pairs_bert_ft_lr_3e-4`: the same with every run "
-                     "from the trained weights at LR 3e-4 (`--ft-lr 3e-4`); `compress_pairs_bert_tt_tables`: before, the "
+                     "starts as two factors, its truncated SVD); `compress_pairs_bert_ft_lr_3e-4` and `_1e-4`: the same with "
+                     "every run from the trained weights at LR 3e-4 and 1e-4 (`--ft-lr`); `compress_pairs_bert_tt_tables`: before, the "
                      "token table as a two-core TT-matrix; `compress_pairs_bert_core_steps_1`: that with "
                      "`core_step_scale=1` (tried)."),
              Section("The same BERT with 10 % extra steps", ("compress_pairs_bert_extra10.json", "compress_pairs_bert_extra10_seed1.json"),
