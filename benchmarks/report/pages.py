@@ -84,6 +84,11 @@ PAGES = [
                      f"{OURS}:compress_runs"),
              Section("The same Llama with 10 % extra steps, at LR 3e-3", "compress_llama-64x4_extra10.json",
                      f"{OURS}:compress_runs"),
+             Section("The same Llama with 10 % extra steps, seed 1", "compress_llama-64x4_extra10_seed1.json",
+                     f"{OURS}:compress_runs"),
+         ]),
+    Page("compression_gpt2", "A trained GPT-2 compressed", "A trained Hugging Face GPT-2 compressed 2× and 4×: how much "
+         "loss does each size cost, against the plain paths a user would write instead?", [
              Section("A trained GPT-2 (BPE, width 64) compressed 2× and 4×", "compress_gpt2-64x4.json",
                      f"{OURS}:compress_runs",
                      "`python -m benchmarks.quality.compress --model gpt2:64:4 --ft-lr 3e-3`: Hugging Face GPT-2 from its "
@@ -91,6 +96,8 @@ PAGES = [
              Section("The same GPT-2, seed 1 (its own dense model), at LR 3e-3", "compress_gpt2-64x4_seed1.json",
                      f"{OURS}:compress_runs"),
              Section("The same GPT-2 with 10 % extra steps, at LR 3e-3", "compress_gpt2-64x4_extra10.json",
+                     f"{OURS}:compress_runs"),
+             Section("The same GPT-2 with 10 % extra steps, seed 1", "compress_gpt2-64x4_extra10_seed1.json",
                      f"{OURS}:compress_runs"),
          ]),
     Page("compression_trained", "Trained classifiers and tables compressed", "A trained classifier or recommender "
