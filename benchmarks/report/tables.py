@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 MB = 1e6
@@ -134,7 +135,8 @@ def _mean(values: list[float]) -> float:
 
 def pairs_by_seed(results: dict[str, dict[str, Any]]) -> str:
     """Compressing a trained classifier (``compress_pairs`` files by name): each (file, system) row the mean over the
-    seeds' files (``<stem>_seed1.json`` beside ``<stem>.json``), test accuracy and validation loss per compression."""
+    seeds' files (``<stem>_seed<N>.json`` beside ``<stem>.json``; a file set with seeds beyond the full runs' also
+    shows its own dense models), test accuracy and validation loss per compression."""
     return _by_seed(results, (("test_acc", "accuracy"), ("val_loss", "val loss")), "validation loss")
 
 
@@ -146,7 +148,7 @@ def dlrm_by_seed(results: dict[str, dict[str, Any]]) -> str:
 def _by_seed(results: dict[str, dict[str, Any]], metrics: tuple[tuple[str, str], ...], second: str) -> str:
     groups: dict[str, list[dict[str, Any]]] = {}
     for source, result in results.items():
-        groups.setdefault(source.removesuffix(".json").removesuffix("_seed1"), []).append(result)
+        groups.setdefault(re.sub(r"_seed\d+$", "", source.removesuffix(".json")), []).append(result)
     runs = list(results.values())
     full = {r["args"]["seed"]: r for r in runs if "--systems" not in r["command"]}  # one per seed: its dense model
     dense = [r["dense"] for r in full.values()]
@@ -167,6 +169,9 @@ def _by_seed(results: dict[str, dict[str, Any]], metrics: tuple[tuple[str, str],
             cells = [", ".join(_cell(_mean([r["by_compression"][c][system][key] for r in seeds]), key) for key, _ in metrics)
                      for c in compressions]
             lines.append(f"| `{stem}` | {system} | {len(seeds)} | " + " | ".join(cells) + " |")
+        if all("--systems" in r["command"] for r in seeds) and {r["args"]["seed"] for r in seeds} - set(full):
+            cell = ", ".join(_cell(_mean([r["dense"][key] for r in seeds]), key) for key, _ in metrics)  # seeds of its own
+            lines.append(f"| `{stem}` | dense (trained) | {len(seeds)} | " + " | ".join([cell] * len(compressions)) + " |")
         if all("dense_ft" in r and "--systems" in r["command"] for r in seeds):  # a variant's own dense + extra steps
             cell = ", ".join(_cell(_mean([r["dense_ft"][key] for r in seeds]), key) if key in seeds[0]["dense_ft"] else "–"
                              for key, _ in metrics)

@@ -74,3 +74,21 @@ def test_a_figure_check_catches_a_drifted_figure():
     blocks = list(_cited_blocks(text))
     assert blocks[0][0] == {"memory"} and "540,201,999" in FIGURE.findall(blocks[0][1])
     assert "540,201,999" not in _pages()["memory.md"]
+
+
+def test_a_classifier_variant_run_on_more_seeds_is_one_row_with_its_own_dense_models():
+    from benchmarks.report.tables import pairs_by_seed
+
+    def result(seed: int, command: str, acc: float) -> dict:
+        run = {"test_acc": acc, "val_loss": 0.4}
+        return {"command": command, "args": {"seed": seed}, "dense_steps": 8, "extra_steps": 2,
+                "dense": {"test_acc": 0.8 + seed / 100, "val_loss": 0.4}, "by_compression": {"8": {"comera": run}}}
+
+    full = "python -m benchmarks.quality.compress_pairs"
+    variant = f"{full} --systems comera"
+    results = {"p.json": result(0, full, 0.80), "p_seed1.json": result(1, full, 0.81),
+               **{f"v{'' if s == 0 else f'_seed{s}'}.json": result(s, variant, 0.70 + s / 100) for s in range(4)}}
+    lines = pairs_by_seed(results).splitlines()
+    assert "| `v` | comera | 4 | 0.715, 0.400 |" in lines
+    assert "| `v` | dense (trained) | 4 | 0.815, 0.400 |" in lines, "the variant's four dense models, not the two full runs'"
+    assert not any(line.startswith("| `p` | dense (trained)") for line in lines)
