@@ -40,7 +40,7 @@ PAIRS = tuple(f"compress_pairs{variant}{seed}.json" for variant in ("", "_traine
               for seed in ("", "_seed1"))
 
 BERT = tuple(f"compress_pairs_bert{variant}{seed}.json" for variant in ("", "_ft_lr_3e-4", "_ft_lr_1e-4", "_tt_tables", "_core_steps_1")
-             for seed in ("", "_seed1"))
+             for seed in ("", "_seed1")) + ("compress_pairs_bert_ft_lr_1e-4_seed2.json", "compress_pairs_bert_ft_lr_1e-4_seed3.json")
 DLRM = tuple(f"compress_dlrm{variant}{seed}.json" for variant in ("", "_gate_lr_1e-3", "_tt_tables") for seed in ("", "_seed1"))
 
 PAGES = [
@@ -121,7 +121,8 @@ PAGES = [
                      "128, 2 layers, AdamW 1e-3 with a cosine over each run) on the same pairs, 25 % extra steps; the "
                      "mean of seeds 0 and 1. `compress_pairs_bert`: today's defaults (the 8,192 × 128 token table, tall, "
                      "starts as two factors, its truncated SVD); `compress_pairs_bert_ft_lr_3e-4` and `_1e-4`: the same with "
-                     "every run from the trained weights at LR 3e-4 and 1e-4 (`--ft-lr`); `compress_pairs_bert_tt_tables`: before, the "
+                     "every run from the trained weights at LR 3e-4 and 1e-4 (`--ft-lr`; 1e-4 on seeds 0–3, each its own "
+                     "dense model); `compress_pairs_bert_tt_tables`: before, the "
                      "token table as a two-core TT-matrix; `compress_pairs_bert_core_steps_1`: that with "
                      "`core_step_scale=1` (tried)."),
              Section("The same BERT with 10 % extra steps", ("compress_pairs_bert_extra10.json", "compress_pairs_bert_extra10_seed1.json"),
@@ -132,6 +133,12 @@ PAGES = [
                      "--compressions 4,8 [--seed 1]`: the package's `MaskedLanguageModel` at `configs/codebert_tiny.yaml`'s "
                      "shape on 200 files of the Python standard library, trained dense 976 steps, then 244 more (25 %); "
                      "accuracy is the masked-token accuracy; the mean of seeds 0 and 1."),
+             Section("A trained CodeBERT-like masked LM at `codebert_small`'s shape compressed 4×", ("compress_codebert_small.json",),
+                     f"{OURS}:pairs_by_seed", "`python -m benchmarks.quality.compress_pairs --model codebert_small --epochs 1 "
+                     "--compressions 4 --systems comera,svd_ft`: `configs/codebert_small.yaml`'s model (d_model 384, 4 "
+                     "layers, an untied 8,192-token table and head: 13.6 M parameters) and data (600 files of the Python "
+                     "standard library, blocks of 128), one LR (3e-4) for every run, trained dense one epoch (1,168 "
+                     "steps), then 292 more (25 %); seed 0."),
              Section("A trained DLRM's tables (MovieLens-100K) compressed 4×, 8× and 32×", DLRM, f"{OURS}:dlrm_by_seed",
                      "`python -m benchmarks.quality.compress_dlrm`: the users', items' and zip codes' tables (2,975 of "
                      "3,028 rows, dim 16), 25 % extra steps; the mean of seeds 0 and 1. `compress_dlrm`: today's "

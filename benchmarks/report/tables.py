@@ -150,7 +150,8 @@ def _by_seed(results: dict[str, dict[str, Any]], metrics: tuple[tuple[str, str],
     for source, result in results.items():
         groups.setdefault(re.sub(r"_seed\d+$", "", source.removesuffix(".json")), []).append(result)
     runs = list(results.values())
-    full = {r["args"]["seed"]: r for r in runs if "--systems" not in r["command"]}  # one per seed: its dense model
+    full = ({r["args"]["seed"]: r for r in runs if "--systems" not in r["command"]}  # one per seed: its dense model
+            or {r["args"]["seed"]: r for r in runs})
     dense = [r["dense"] for r in full.values()]
     dense_ft = [r["dense_ft"] for r in full.values() if "dense_ft" in r]
     (first, _), (loss, _) = metrics[:2]
