@@ -82,6 +82,9 @@ PAGES = [
                      "[Compress a trained model](../COMPRESS.md)."),
              Section("The same, seed 1 (its own dense model), at LR 3e-3", "compress_llama-64x4_seed1.json",
                      f"{OURS}:compress_runs"),
+             Section("The same Llama, probes of the 2× gap (seed 0, LR 3e-3)", "compress_llama-64x4_probes.json",
+                     f"{OURS}:compress_runs", "Each probe's command is in the file's note; two patched a constant or a "
+                     "function for the run (a probe, not an option)."),
              Section("The same Llama with 10 % extra steps, at LR 3e-3", "compress_llama-64x4_extra10.json",
                      f"{OURS}:compress_runs"),
              Section("The same Llama with 10 % extra steps, seed 1", "compress_llama-64x4_extra10_seed1.json",
