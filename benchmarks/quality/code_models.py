@@ -1,7 +1,8 @@
-"""The masked-LM encoders ``compress_pairs --model codebert`` (and ``codebert_small``) compress: the package's
-CodeBERT-like ``MaskedLanguageModel`` at ``configs/codebert_tiny.yaml``'s shape (d_model 128, 2 layers, untied 2,048-token
-table) or ``configs/codebert_small.yaml``'s (d_model 384, 4 layers, untied 8,192-token table), on this interpreter's Python standard library (``CodeCorpusDataModule``: a byte-level BPE trained on it, 15 % of the
-tokens masked). Its accuracy is the masked-token accuracy; its loss the masked-token cross-entropy.
+"""The masked-LM encoders ``compress_pairs --model codebert`` and ``--model codebert_small`` compress: the package's
+CodeBERT-like ``MaskedLanguageModel`` at ``configs/codebert_tiny.yaml``'s shape (d_model 128, 2 layers, untied
+2,048-token table) or at ``configs/codebert_small.yaml``'s (d_model 384, 4 layers, untied 8,192-token table), on this
+interpreter's Python standard library (``CodeCorpusDataModule``: a byte-level BPE trained on it, 15 % of the tokens
+masked). Its accuracy is the masked-token accuracy; its loss the masked-token cross-entropy.
 """
 
 from __future__ import annotations

@@ -1,11 +1,14 @@
 """benchmarks/quality/compress_pairs: one compression end to end on a few batches of the clothing-review pairs."""
 
 import json
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import yaml
 
 from benchmarks.quality import compress_pairs
+from benchmarks.quality.code_models import CODE_MODELS
 from benchmarks.quality.pair_models import PAIR_MODELS
 
 
@@ -88,11 +91,7 @@ def test_a_wrong_option_is_refused_naming_it(options, problem, capsys):
 
 
 def test_the_codebert_small_kind_is_the_bundled_configs_model_and_data():
-    import yaml
-
-    from benchmarks.quality.code_models import CODE_MODELS
-
-    config = yaml.safe_load(open("configs/codebert_small.yaml"))
+    config = yaml.safe_load((Path(__file__).resolve().parents[2] / "configs" / "codebert_small.yaml").read_text())
     model, data = config["model"]["init_args"], config["data"]["init_args"]
     kind = CODE_MODELS["codebert_small"]
     shape = ("d_model", "num_layers", "num_heads", "d_ff", "max_positions", "tie_word_embeddings", "lr_other", "warmup_steps")
