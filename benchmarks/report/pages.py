@@ -138,7 +138,8 @@ PAGES = [
                      "accuracy is the masked-token accuracy; the mean of seeds 0 and 1."),
              Section("A trained CodeBERT-like masked LM at `codebert_small`'s shape compressed 4×", ("compress_codebert_small.json",),
                      f"{OURS}:pairs_by_seed", "`python -m benchmarks.quality.compress_pairs --model codebert_small --epochs 1 "
-                     "--compressions 4 --systems comera,svd_ft`: `configs/codebert_small.yaml`'s model (d_model 384, 4 "
+                     "--compressions 4 --systems comera,svd_ft` (and `comera,small`: the same comera figures, the small row from "
+                     "it): `configs/codebert_small.yaml`'s model (d_model 384, 4 "
                      "layers, an untied 8,192-token table and head: 13.6 M parameters) and data (600 files of the Python "
                      "standard library, blocks of 128), one LR (3e-4) for every run, trained dense one epoch (1,168 "
                      "steps), then 292 more (25 %); seed 0."),
