@@ -35,13 +35,18 @@ RACE = "benchmarks.quality.report:markdown_table"
 OURS = "benchmarks.report.tables"
 GPU = "benchmarks.report.tables_gpu"
 SCALING = "benchmarks.report.tables_scaling"
-PAIRS = tuple(f"compress_pairs{variant}{seed}.json" for variant in ("", "_trained_schedule", "_held_gates", "_gate_lr_2e-3", "_prune", "_distill",
-                                                                    "_tall_tables", "_ft_lr_3e-4", "_ft_lr_1e-4")
-              for seed in ("", "_seed1")) + ("compress_pairs_ft_lr_1e-4_seed2.json", "compress_pairs_ft_lr_1e-4_seed3.json")
 
-BERT = tuple(f"compress_pairs_bert{variant}{seed}.json" for variant in ("", "_ft_lr_3e-4", "_ft_lr_1e-4", "_tt_tables", "_core_steps_1")
-             for seed in ("", "_seed1")) + ("compress_pairs_bert_ft_lr_1e-4_seed2.json", "compress_pairs_bert_ft_lr_1e-4_seed3.json")
-DLRM = tuple(f"compress_dlrm{variant}{seed}.json" for variant in ("", "_gate_lr_1e-3", "_tt_tables") for seed in ("", "_seed1"))
+
+def seeded(stem: str, variants: dict[str, int]) -> tuple[str, ...]:
+    """The result files of ``stem`` + each variant, one per seed it ran (``<stem><variant>[_seed<N>].json``)."""
+    return tuple(f"{stem}{variant}{f'_seed{seed}' if seed else ''}.json" for variant, seeds in variants.items()
+                 for seed in range(seeds))
+
+
+PAIRS = seeded("compress_pairs", {"": 2, "_trained_schedule": 2, "_held_gates": 2, "_gate_lr_2e-3": 2, "_prune": 2,
+                                  "_distill": 2, "_tall_tables": 2, "_ft_lr_3e-4": 2, "_ft_lr_1e-4": 4})
+BERT = seeded("compress_pairs_bert", {"": 2, "_ft_lr_3e-4": 2, "_ft_lr_1e-4": 4, "_tt_tables": 2, "_core_steps_1": 2})
+DLRM = seeded("compress_dlrm", {"": 2, "_gate_lr_1e-3": 2, "_tt_tables": 2})
 
 PAGES = [
     Page("quality", "Quality from scratch", "How good is a model trained with CoMERA from random init, against dense, a "
