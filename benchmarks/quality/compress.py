@@ -20,7 +20,7 @@ A causal LM (``ModelSpec``, default a Llama of width 64 and 4 blocks on the code
 
     python -m benchmarks.quality.compress --compressions 2,4 --out benchmarks/results/compress_llama64.json
     python -m benchmarks.quality.compress --check     # a tiny model, a few steps: the pipeline runs
-    python -m benchmarks.quality.compress --served    # also each model exported: file bytes, batch-1/32 ms (served.py)
+    python -m benchmarks.quality.compress --no-served    # skip exporting each model (default: file bytes, batch-1/32 ms; served.py)
 
 The trained dense weights are cached (``--cache``) so that several compress runs share one training.
 """
@@ -61,8 +61,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.add_argument(f"--{name.replace('_', '-')}", type=int, default=default)
     parser.add_argument("--comera", nargs="*", default=[], help="ComeraCallback / BudgetConfig options, key=value")
     parser.add_argument("--tensorize", nargs="*", default=[], help="TensorizeConfig fields, key=value")
-    parser.add_argument("--served", action="store_true",
-                        help="export every trained system and the dense model: file bytes, batch-1 and batch-32 ms")
     add_run_arguments(parser, "compress_<model>.json", "a tiny model and a few steps: the pipeline runs")
     args = parser.parse_args(argv)
     apply_check(args, CHECK, "compress")

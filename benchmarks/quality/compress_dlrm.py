@@ -21,7 +21,7 @@ Reported: test AUC and log loss of the final weights, and the compressed tables'
 
     python -m benchmarks.quality.compress_dlrm [--compressions 4,8,32] [--epochs 5] [--extra 0.25] [--out PATH]
     python -m benchmarks.quality.compress_dlrm --check     # a few batches: the pipeline runs
-    python -m benchmarks.quality.compress_dlrm --served    # also each model exported: file bytes, batch-1/32 ms
+    python -m benchmarks.quality.compress_dlrm --no-served    # skip exporting each model (default: file bytes, batch-1/32 ms)
 """
 
 from __future__ import annotations
@@ -106,8 +106,6 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--callback", nargs="*", default=[], help="further ComeraCallback arguments, key=value (JSON "
                         "values), e.g. core_step_scale=1")
     parser.add_argument("--tensorize", nargs="*", default=[], help="further TensorizeConfig fields, key=value (JSON values)")
-    parser.add_argument("--served", action="store_true", help="also each model exported (comera_lightning.export, its "
-                        "dense entry point) and loaded back: file bytes, batch-1/32 ms on CPU (served.py)")
     parser.add_argument("--limit-batches", type=int, default=None, help="batches per epoch and per evaluation (a smoke run)")
     add_run_arguments(parser, "compress_dlrm.json", "a few batches of each run: the pipeline runs")
     args = parser.parse_args(argv)

@@ -22,7 +22,7 @@ process, same data and seed:
 
     python -m benchmarks.quality.compress_pairs [--model bert] [--compressions 8,32] [--epochs 2] [--extra 0.25] [--out PATH]
     python -m benchmarks.quality.compress_pairs --check     # a few batches: the pipeline runs
-    python -m benchmarks.quality.compress_pairs --served    # also each model exported: file bytes, batch-1/32 ms
+    python -m benchmarks.quality.compress_pairs --no-served    # skip exporting each model (default: file bytes, batch-1/32 ms)
 
 The trained dense weights are cached (``--cache``) so that several compress runs share one training.
 """
@@ -87,8 +87,6 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
                         "init='svd', key=value (JSON values)")
     parser.add_argument("--ft-lr", type=float, default=None, help="the LR of every run from the trained weights "
                         "(compress, fine-tune, dense_ft); default: the model's own (1e-3)")
-    parser.add_argument("--served", action="store_true", help="also each model exported (comera_lightning.export) and "
-                        "loaded back: file bytes, batch-1/32 ms on CPU (served.py)")
     parser.add_argument("--limit-batches", type=int, default=None, help="batches per epoch and per evaluation (a smoke run)")
     add_run_arguments(parser, "compress_pairs.json", "a few batches of each run: the pipeline runs")
     args = parser.parse_args(argv)

@@ -17,10 +17,14 @@ CACHE = Path.home() / ".cache" / "comera_compress"
 
 
 def add_run_arguments(parser: argparse.ArgumentParser, default_out: str, check: str) -> None:
-    """``--cache`` (the trained weights), ``--out`` (the JSON) and ``--check`` (``check``: what the smoke run is)."""
+    """``--cache`` (the trained weights), ``--out`` (the JSON), ``--check`` (``check``: what the smoke run is) and
+    ``--served`` / ``--no-served`` (each model exported and timed: on unless turned off)."""
     parser.add_argument("--cache", type=Path, default=CACHE, help="where the trained dense weights are kept")
     parser.add_argument("--out", type=Path, default=None, help=f"the JSON (default benchmarks/results/{default_out})")
     parser.add_argument("--check", action="store_true", help=check)
+    parser.add_argument("--served", action=argparse.BooleanOptionalAction, default=True,
+                        help="each trained system and the dense model exported (comera_lightning.export) and loaded "
+                        "back: file bytes, batch-1/32 ms on CPU (served.py); --no-served skips it")
 
 
 def apply_check(args: argparse.Namespace, settings: Mapping[str, Any], name: str) -> None:

@@ -14,7 +14,7 @@ from benchmarks.quality.pair_models import PAIR_MODELS
 
 def test_every_system_runs_from_the_trained_dense_weights(tmp_path):
     out = tmp_path / "compress.json"
-    result = compress_pairs.main(["--check", "--cache", str(tmp_path / "cache"), "--out", str(out)])
+    result = compress_pairs.main(["--check", "--no-served", "--cache", str(tmp_path / "cache"), "--out", str(out)])
     assert json.loads(out.read_text()) == result
     assert result["dense_steps"] == 8 and result["extra_steps"] == 2
     assert result["dense_ft"]["steps"] == 2
@@ -32,8 +32,8 @@ def test_every_system_runs_from_the_trained_dense_weights(tmp_path):
 
 def test_the_dense_training_is_cached_and_systems_choose_what_runs(tmp_path):
     cache = tmp_path / "cache"
-    first = compress_pairs.main(["--check", "--systems", "comera", "--cache", str(cache), "--out", str(tmp_path / "a.json")])
-    again = compress_pairs.main(["--check", "--systems", "comera,svd", "--comera", "late_objective=budget",
+    first = compress_pairs.main(["--check", "--no-served", "--systems", "comera", "--cache", str(cache), "--out", str(tmp_path / "a.json")])
+    again = compress_pairs.main(["--check", "--no-served", "--systems", "comera,svd", "--comera", "late_objective=budget",
                                  "--cache", str(cache), "--out", str(tmp_path / "b.json")])
     assert len(list(cache.glob("*.pt"))) == 1 and again["dense"]["cached"]
     assert {k: v for k, v in again["dense"].items() if k != "cached"} == first["dense"]
@@ -44,8 +44,8 @@ def test_the_dense_training_is_cached_and_systems_choose_what_runs(tmp_path):
 @pytest.mark.slow
 def test_served_programs_and_the_fine_tuning_lr(tmp_path):
     args = ["--check", "--cache", str(tmp_path / "cache"), "--out", str(tmp_path / "a.json")]
-    compress_pairs.main(args + ["--systems", "comera"])
-    result = compress_pairs.main(args + ["--systems", "comera,svd_ft", "--served", "--ft-lr", "3e-4"])
+    compress_pairs.main(args + ["--systems", "comera", "--no-served"])
+    result = compress_pairs.main(args + ["--systems", "comera,svd_ft", "--ft-lr", "3e-4"])  # served by default
     runs = result["by_compression"]["8"]
     assert result["dense"]["cached"] and result["args"]["ft_lr"] == 3e-4
     assert all(run["served"]["file_bytes"] * 3 < result["dense"]["served"]["file_bytes"] for run in runs.values())
@@ -61,8 +61,8 @@ def test_set_lr_sets_every_group_of_the_optimizer_built_after_it():
 @pytest.mark.slow
 def test_the_hugging_face_bert_is_compressed_the_same_way_with_its_own_cache(tmp_path):
     cache = tmp_path / "cache"
-    compress_pairs.main(["--check", "--systems", "comera", "--cache", str(cache), "--out", str(tmp_path / "a.json")])
-    result = compress_pairs.main(["--check", "--model", "bert", "--systems", "comera,svd_ft,small", "--cache", str(cache),
+    compress_pairs.main(["--check", "--no-served", "--systems", "comera", "--cache", str(cache), "--out", str(tmp_path / "a.json")])
+    result = compress_pairs.main(["--check", "--no-served", "--model", "bert", "--systems", "comera,svd_ft,small", "--cache", str(cache),
                                   "--out", str(tmp_path / "b.json")])
     assert result["model_kind"] == "bert" and len(list(cache.glob("*.pt"))) == 2, "one trained model per kind"
     runs = result["by_compression"]["8"]
@@ -73,7 +73,7 @@ def test_the_hugging_face_bert_is_compressed_the_same_way_with_its_own_cache(tmp
 
 @pytest.mark.slow
 def test_the_codebert_masked_lm_is_compressed_on_python_source(tmp_path):
-    result = compress_pairs.main(["--check", "--model", "codebert", "--systems", "comera,svd_ft", "--served", "--cache",
+    result = compress_pairs.main(["--check", "--model", "codebert", "--systems", "comera,svd_ft", "--cache",
                                   str(tmp_path / "cache"), "--out", str(tmp_path / "c.json")])
     runs = result["by_compression"]["8"]
     assert result["data"]["max_files"] == 200 and abs(runs["svd_ft"]["parameters"] / runs["comera"]["parameters"] - 1) < 0.05
