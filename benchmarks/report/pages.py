@@ -90,10 +90,6 @@ PAGES = [
              Section("The same Llama, probes of the 2× gap (seed 0, LR 3e-3)", "compress_llama-64x4_probes.json",
                      f"{OURS}:compress_runs", "Each probe's command is in the file's note; two patched a constant or a "
                      "function for the run (a probe, not an option)."),
-             Section("The same Llama with 10 % extra steps, at LR 3e-3", "compress_llama-64x4_extra10.json",
-                     f"{OURS}:compress_runs"),
-             Section("The same Llama with 10 % extra steps, seed 1", "compress_llama-64x4_extra10_seed1.json",
-                     f"{OURS}:compress_runs"),
          ]),
     Page("compression_gpt2", "A trained GPT-2 compressed", "A trained Hugging Face GPT-2 compressed 2× and 4×: how much "
          "loss does each size cost, against the plain paths a user would write instead?", [
@@ -103,9 +99,20 @@ PAGES = [
                      "config (Conv1D layers, untied head), trained dense 1,080 steps, then 268 more (25 %); seed 0."),
              Section("The same GPT-2, seed 1 (its own dense model), at LR 3e-3", "compress_gpt2-64x4_seed1.json",
                      f"{OURS}:compress_runs"),
-             Section("The same GPT-2 with 10 % extra steps, at LR 3e-3", "compress_gpt2-64x4_extra10.json",
+         ]),
+    Page("compression_budgets", "Trained language models at other budgets", "The trained Llama and GPT-2 of the "
+         "compression pages given 10 % extra steps instead of 25 %, and compressed 8×: where does each path stand?", [
+             Section("The trained Llama (width 64) compressed 8×, at LR 3e-3", "compress_llama-64x4_8x.json", f"{OURS}:compress_runs"),
+             Section("The same Llama compressed 8×, seed 1", "compress_llama-64x4_8x_seed1.json", f"{OURS}:compress_runs"),
+             Section("The trained GPT-2 (width 64) compressed 8×, at LR 3e-3", "compress_gpt2-64x4_8x.json", f"{OURS}:compress_runs"),
+             Section("The same GPT-2 compressed 8×, seed 1", "compress_gpt2-64x4_8x_seed1.json", f"{OURS}:compress_runs"),
+             Section("The trained Llama (width 64) with 10 % extra steps, at LR 3e-3", "compress_llama-64x4_extra10.json",
                      f"{OURS}:compress_runs"),
-             Section("The same GPT-2 with 10 % extra steps, seed 1", "compress_gpt2-64x4_extra10_seed1.json",
+             Section("The trained Llama (width 64) with 10 % extra steps, seed 1", "compress_llama-64x4_extra10_seed1.json",
+                     f"{OURS}:compress_runs"),
+             Section("The trained GPT-2 (width 64) with 10 % extra steps, at LR 3e-3", "compress_gpt2-64x4_extra10.json",
+                     f"{OURS}:compress_runs"),
+             Section("The trained GPT-2 (width 64) with 10 % extra steps, seed 1", "compress_gpt2-64x4_extra10_seed1.json",
                      f"{OURS}:compress_runs"),
          ]),
     Page("compression_trained", "Trained classifiers and tables compressed", "A trained classifier or recommender "

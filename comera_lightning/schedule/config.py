@@ -30,8 +30,8 @@ from comera_lightning.rank import CompressionStats
 from comera_lightning.tensorize import planned_sizes
 from comera_lightning.tensorize.config import TensorizeConfig
 
-__all__ = ["BUDGET_CUTS", "BUDGET_LATE_OBJECTIVES", "DEFAULT_COMPRESSION", "BUDGET_PRUNES", "BUDGET_SHRINK_SHARE", "START_FACTOR", "TRAINED_EARLY_SHARE",
-           "TRAINED_LATE_SHARE", "BudgetConfig"]
+__all__ = ["BUDGET_CUTS", "BUDGET_LATE_OBJECTIVES", "DEFAULT_COMPRESSION", "BUDGET_PRUNES", "BUDGET_SHRINK_SHARE", "START_FACTOR",
+           "TRAINED_EARLY_SHARE", "TRAINED_LATE_SHARE", "TRAINED_START_COMPRESSION", "BudgetConfig"]
 
 #: The size asked when none is: the tensorized layers 4x smaller than dense (they start at 2x: START_FACTOR).
 DEFAULT_COMPRESSION = 4.0
@@ -48,6 +48,10 @@ TRAINED_LATE_SHARE = 0.4
 #: With a budget in compression or parameters, the tensorized layers start this many times larger than asked
 #: (AdaLoRA starts at 1.5x its final budget): the late stage has that much to give up where it hurts least.
 START_FACTOR = 2.0
+#: From trained weights (``init="svd"``) the start may be as large as the dense layers it replaces (1x, not
+#: ``min_compression``): the cuts then begin from a model that has lost little (a trained Llama 2x smaller: 3.225
+#: against 3.244 from a start capped at 1.5x; docs/COMPRESS.md).
+TRAINED_START_COMPRESSION = 1.0
 #: An adaptive start at which some kind of layer would not gain ``min_compression`` (and stay dense) lowers that
 #: kind's rank cap by this factor, at most ``START_TRIES`` times.
 START_BACKOFF = 0.9
@@ -192,8 +196,8 @@ class BudgetConfig:
 
     def start_caps(self, model: nn.Module, config: TensorizeConfig) -> TensorizeConfig:
         """``config`` with its rank fractions scaled so the tensorized layers start at ``START_FACTOR`` times the size
-        asked (full rank at most, and low enough that every layer still gains ``min_compression``): room for
-        training to decide where the ranks go. Unchanged when the size is asked as ``target_ratio`` or ``config``
+        asked (full rank at most, and low enough that every layer still gains ``min_compression``; from trained
+        weights, ``init="svd"``, no larger than the dense layers): room for training to decide where the ranks go. Unchanged when the size is asked as ``target_ratio`` or ``config``
         fixes ``max_rank`` (the user chose the caps)."""
         if (self.asked_compression is None and self.parameters is None) or config.max_rank is not None:
             return config
@@ -204,10 +208,13 @@ class BudgetConfig:
         if self.parameters is not None:
             self._check_parameters(rest)
         asked = dense / self.asked_compression if self.asked_compression is not None else self.parameters - rest
-        start = min(START_FACTOR * asked, dense / config.min_compression) if self.adapt else asked
+        # the layers are chosen at the user's min_compression (names); from trained weights they may start above it
+        floor = min(config.min_compression, TRAINED_START_COMPRESSION) if config.init == "svd" else config.min_compression
+        start = min(START_FACTOR * asked, dense / floor) if self.adapt else asked
         scale = start / planned
         fractions = ("rank_fraction", "embedding_rank_fraction", "head_rank_fraction")
-        caps = config.replace(target_modules=names, **{name: min(1.0, getattr(config, name) * scale) for name in fractions})
+        caps = config.replace(target_modules=names, min_compression=floor,
+                              **{name: min(1.0, getattr(config, name) * scale) for name in fractions})
         plan = planned_sizes(model, caps)
         # a kind with no layer (a model without a vocabulary head) must not be "lowered": that changes nothing, which
         # the order below would prefer forever; a kind the model has changes the plan when its cap is cut 1000-fold

@@ -147,6 +147,28 @@ def test_an_adaptive_start_lowers_only_the_cap_of_the_kind_of_layer_that_would_s
     assert 1.5 <= dense / start < 1.9, "as near twice the size asked (1x) as min_compression allows"
 
 
+def test_from_trained_weights_the_start_may_be_as_large_as_the_dense_layers():
+    """init="svd": the cuts begin from (about) the trained model, not from a start that lost min_compression already;
+    the layers tensorized are still those the user's min_compression takes."""
+    import transformers
+    from comera_lightning import TensorizeConfig
+    from comera_lightning.tensorize import planned_sizes
+
+    config = transformers.LlamaConfig(vocab_size=512, hidden_size=64, intermediate_size=256, num_hidden_layers=2,
+                                      num_attention_heads=2, num_key_value_heads=2)
+    model = transformers.LlamaForCausalLM(config)
+    trained = TensorizeConfig(init="svd")
+    names, dense, _ = planned_sizes(model, trained)
+    caps = BudgetConfig(compression=2.0).start_caps(model, trained)
+    kept, _, start = planned_sizes(model, caps)
+    assert kept == names and caps.min_compression == 1.0
+    assert 1.0 <= dense / start < 1.25, "at about the dense size: twice the size asked"
+    assert dense / planned_sizes(model, BudgetConfig(compression=2.0).start_caps(model, TensorizeConfig()))[2] >= 1.5, \
+        "from scratch each layer still starts min_compression smaller"
+    assert 3.6 < dense / planned_sizes(model, BudgetConfig(compression=8.0).start_caps(model, trained))[2] < 4.4, \
+        "a start below the dense size stays twice the size asked"
+
+
 def test_the_report_still_says_why_layers_stay_dense_when_the_budget_pins_the_layers(tmp_path, caplog):
     """The budget's start caps name the layers to tensorize; the report keeps the default rules' reasons for the rest."""
     caplog.set_level("INFO")
