@@ -87,9 +87,8 @@ PAGES = [
                      "[Compress a trained model](../COMPRESS.md)."),
              Section("The same, seed 1 (its own dense model), at LR 3e-3", "compress_llama-64x4_seed1.json",
                      f"{OURS}:compress_runs"),
-             Section("The same Llama, probes of the 2× gap (seed 0, LR 3e-3)", "compress_llama-64x4_probes.json",
-                     f"{OURS}:compress_runs", "Each probe's command is in the file's note; two patched a constant or a "
-                     "function for the run (a probe, not an option)."),
+             Section("A trained Llama, width 96, compressed 2× and 4× (LR 3e-3)", "compress_llama-96x4.json",
+                     f"{OURS}:compress_runs"),
          ]),
     Page("compression_gpt2", "A trained GPT-2 compressed", "A trained Hugging Face GPT-2 compressed 2× and 4×: how much "
          "loss does each size cost, against the plain paths a user would write instead?", [
@@ -99,6 +98,13 @@ PAGES = [
                      "config (Conv1D layers, untied head), trained dense 1,080 steps, then 268 more (25 %); seed 0."),
              Section("The same GPT-2, seed 1 (its own dense model), at LR 3e-3", "compress_gpt2-64x4_seed1.json",
                      f"{OURS}:compress_runs"),
+         ]),
+    Page("compression_probes", "The trained Llama's 2× gap, probed", "Why does CoMERA trail plain SVD + fine-tuning "
+         "on a trained Llama compressed 2×? Each probe changed one thing, from the same trained weights.", [
+             Section("The trained Llama (width 64), probes of the 2× gap (seed 0, LR 3e-3)",
+                     "compress_llama-64x4_probes.json", f"{OURS}:compress_runs_with_curves",
+                     "Each probe's command is in the file's note; some patched a constant or a function for the run (a "
+                     "probe, not an option)."),
          ]),
     Page("compression_budgets", "Trained language models at other budgets", "The trained Llama and GPT-2 of the "
          "compression pages given 10 % extra steps instead of 25 %, and compressed 8×: where does each path stand?", [

@@ -200,3 +200,17 @@ def curves(results: dict[str, dict[str, Any]]) -> str:
     lines += [f"| {step:,} | " + " | ".join(f"{curve[step]:.3f}" if step in curve else "–" for curve in columns.values()) + " |"
               for step in steps]
     return "\n".join(lines)
+
+
+def compress_runs_with_curves(result: dict[str, Any], least: int = 10) -> str:
+    """``compress_runs``, then the validation curves of the runs validated at least ``least`` times, side by side."""
+    curved = [run for run in result["runs"] if len(run.get("curve", ())) >= least]
+    if not curved:
+        return compress_runs(result)
+    columns = {f"{run['system']} ({run['compression']:g}×)": {p["step"]: p["val_loss"] for p in run["curve"]} for run in curved}
+    steps = sorted({step for curve in columns.values() for step in curve})
+    lines = ["", "", "Validation loss along the runs validated often:", "",
+             "| step | " + " | ".join(columns) + " |", "|---|" + "---|" * len(columns)]
+    lines += [f"| {step:,} | " + " | ".join(f"{curve[step]:.3f}" if step in curve else "–" for curve in columns.values()) + " |"
+              for step in steps]
+    return compress_runs(result) + "\n".join(lines)
