@@ -195,6 +195,11 @@ def curves(results: dict[str, dict[str, Any]]) -> str:
         (model,) = result["models"].values()
         (run,) = model["systems"].values()
         columns[f"{run['model']} {run['system']}, {result.get('code', source)}"] = {p["step"]: p["val_loss"] for p in run["curve"]}
+    return _curve_table(columns)
+
+
+def _curve_table(columns: dict[str, dict[int, float]]) -> str:
+    """One row per step, one column per named curve (step → validation loss); "–" where a curve has no value."""
     steps = sorted({step for curve in columns.values() for step in curve})
     lines = ["| step | " + " | ".join(columns) + " |", "|---|" + "---|" * len(columns)]
     lines += [f"| {step:,} | " + " | ".join(f"{curve[step]:.3f}" if step in curve else "–" for curve in columns.values()) + " |"
@@ -208,9 +213,4 @@ def compress_runs_with_curves(result: dict[str, Any], least: int = 10) -> str:
     if not curved:
         return compress_runs(result)
     columns = {f"{run['system']} ({run['compression']:g}×)": {p["step"]: p["val_loss"] for p in run["curve"]} for run in curved}
-    steps = sorted({step for curve in columns.values() for step in curve})
-    lines = ["", "", "Validation loss along the runs validated often:", "",
-             "| step | " + " | ".join(columns) + " |", "|---|" + "---|" * len(columns)]
-    lines += [f"| {step:,} | " + " | ".join(f"{curve[step]:.3f}" if step in curve else "–" for curve in columns.values()) + " |"
-              for step in steps]
-    return compress_runs(result) + "\n".join(lines)
+    return f"{compress_runs(result)}\n\nValidation loss along the runs validated often:\n\n{_curve_table(columns)}"

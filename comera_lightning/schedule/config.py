@@ -197,7 +197,8 @@ class BudgetConfig:
     def start_caps(self, model: nn.Module, config: TensorizeConfig) -> TensorizeConfig:
         """``config`` with its rank fractions scaled so the tensorized layers start at ``START_FACTOR`` times the size
         asked (full rank at most, and low enough that every layer still gains ``min_compression``; from trained
-        weights, ``init="svd"``, no larger than the dense layers): room for training to decide where the ranks go. Unchanged when the size is asked as ``target_ratio`` or ``config``
+        weights, ``init="svd"``, no larger than the dense layers): room for training to decide where the ranks go.
+        Unchanged when the size is asked as ``target_ratio`` or ``config``
         fixes ``max_rank`` (the user chose the caps)."""
         if (self.asked_compression is None and self.parameters is None) or config.max_rank is not None:
             return config
