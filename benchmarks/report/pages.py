@@ -89,6 +89,7 @@ PAGES = [
                      f"{OURS}:compress_runs"),
              Section("A trained Llama, width 96, compressed 2× and 4× (LR 3e-3)", "compress_llama-96x4.json",
                      f"{OURS}:compress_runs"),
+             Section("The same width, seed 1 (its own dense model)", "compress_llama-96x4_seed1.json", f"{OURS}:compress_runs"),
          ]),
     Page("compression_gpt2", "A trained GPT-2 compressed", "A trained Hugging Face GPT-2 compressed 2× and 4×: how much "
          "loss does each size cost, against the plain paths a user would write instead?", [
