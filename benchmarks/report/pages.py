@@ -150,7 +150,8 @@ PAGES = [
              Section("The same BERT with 10 % extra steps", ("compress_pairs_bert_extra10.json", "compress_pairs_bert_extra10_seed1.json"),
                      f"{OURS}:pairs_by_seed", "`python -m benchmarks.quality.compress_pairs --model bert --extra 0.1 "
                      "[--seed 1]`: 98 extra steps; the mean of seeds 0 and 1."),
-             Section("A trained CodeBERT-like masked LM compressed 4× and 8×", ("compress_codebert.json", "compress_codebert_seed1.json"),
+             Section("A trained CodeBERT-like masked LM compressed 4× and 8×", ("compress_codebert.json", "compress_codebert_seed1.json",
+                                                                               "compress_codebert_dense_start.json"),
                      f"{OURS}:pairs_by_seed", "`python -m benchmarks.quality.compress_pairs --model codebert "
                      "--compressions 4,8 [--seed 1]`: the package's `MaskedLanguageModel` at `configs/codebert_tiny.yaml`'s "
                      "shape on 200 files of the Python standard library, trained dense 976 steps, then 244 more (25 %); "

@@ -166,9 +166,10 @@ def _by_seed(results: dict[str, dict[str, Any]], metrics: tuple[tuple[str, str],
              "| file | system | seeds | " + " | ".join(f"{c}×: " + ", ".join(name for _, name in metrics) for c in compressions) + " |",
              "|---|---|---|" + "---|" * len(compressions)]
     for stem, seeds in groups.items():
-        for system in seeds[0]["by_compression"][compressions[0]]:
+        ran = [c for c in compressions if c in seeds[0]["by_compression"]]  # a variant may run some sizes only
+        for system in seeds[0]["by_compression"][ran[0]]:
             cells = [", ".join(_cell(_mean([r["by_compression"][c][system][key] for r in seeds]), key) for key, _ in metrics)
-                     for c in compressions]
+                     if c in ran else "–" for c in compressions]
             lines.append(f"| `{stem}` | {system} | {len(seeds)} | " + " | ".join(cells) + " |")
         if all("--systems" in r["command"] for r in seeds) and {r["args"]["seed"] for r in seeds} - set(full):
             cell = ", ".join(_cell(_mean([r["dense"][key] for r in seeds]), key) for key, _ in metrics)  # seeds of its own

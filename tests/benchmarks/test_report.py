@@ -92,3 +92,14 @@ def test_a_classifier_variant_run_on_more_seeds_is_one_row_with_its_own_dense_mo
     assert "| `v` | comera | 4 | 0.715, 0.400 |" in lines
     assert "| `v` | dense (trained) | 4 | 0.815, 0.400 |" in lines, "the variant's four dense models, not the two full runs'"
     assert not any(line.startswith("| `p` | dense (trained)") for line in lines)
+
+
+def test_a_variant_run_at_fewer_sizes_shows_a_dash_for_the_others():
+    from benchmarks.report.tables import pairs_by_seed
+
+    run = {"test_acc": 0.5, "val_loss": 0.4}
+    full = {"command": "python -m benchmarks.quality.compress_pairs", "args": {"seed": 0}, "dense_steps": 8, "extra_steps": 2,
+            "dense": {"test_acc": 0.6, "val_loss": 0.3}, "by_compression": {"4": {"comera": run}, "8": {"comera": run}}}
+    variant = {**full, "command": f"{full['command']} --compressions 8 --systems comera", "by_compression": {"8": {"comera": run}}}
+    lines = pairs_by_seed({"p.json": full, "v.json": variant}).splitlines()
+    assert "| `v` | comera | 1 | – | 0.500, 0.400 |" in lines
