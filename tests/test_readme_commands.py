@@ -72,7 +72,7 @@ GUIDES = ("README.md", "docs/index.md", "docs/COMPRESS.md", "docs/SCALING.md", "
 #: none of its own).
 MIN_RUN = {"README.md": 5, "docs/COMPRESS.md": 2, "docs/SCALING.md": 2}
 #: Pages whose commands are records of what ran (history, measurement sessions), not instructions: not run here.
-RECORDS = ("docs/CHANGELOG.md", "docs/TUNING", "docs/INFERENCE_MEASURED.md", "docs/INFERENCE_EMBEDDINGS.md", "docs/results/")
+RECORDS = ("docs/CHANGELOG", "docs/TUNING", "docs/INFERENCE_MEASURED.md", "docs/INFERENCE_EMBEDDINGS.md", "docs/results/")
 
 
 def _guide_commands() -> list[str]:

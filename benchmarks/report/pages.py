@@ -156,13 +156,15 @@ PAGES = [
                      "--compressions 4,8 [--seed 1]`: the package's `MaskedLanguageModel` at `configs/codebert_tiny.yaml`'s "
                      "shape on 200 files of the Python standard library, trained dense 976 steps, then 244 more (25 %); "
                      "accuracy is the masked-token accuracy; the mean of seeds 0 and 1."),
-             Section("A trained CodeBERT-like masked LM at `codebert_small`'s shape compressed 4×", ("compress_codebert_small.json",),
+             Section("A trained CodeBERT-like masked LM at `codebert_small`'s shape compressed 4×", ("compress_codebert_small.json",
+                                                                                                  "compress_codebert_small_dense_start.json"),
                      f"{OURS}:pairs_by_seed", "`python -m benchmarks.quality.compress_pairs --model codebert_small --epochs 1 "
                      "--compressions 4 --systems comera,svd_ft` (and `comera,small`: the same comera figures, the small row from "
                      "it): `configs/codebert_small.yaml`'s model (d_model 384, 4 "
                      "layers, an untied 8,192-token table and head: 13.6 M parameters) and data (600 files of the Python "
                      "standard library, blocks of 128), one LR (3e-4) for every run, trained dense one epoch (1,168 "
-                     "steps), then 292 more (25 %); seed 0."),
+                     "steps), then 292 more (25 %); seed 0. `compress_codebert_small_dense_start`: the same command "
+                     "(`--no-served`) after 2026-11-29's trained-start rule: the start at 2.0× smaller, was 2.5×."),
              Section("A trained DLRM's tables (MovieLens-100K) compressed 4×, 8× and 32×", DLRM, f"{OURS}:dlrm_by_seed",
                      "`python -m benchmarks.quality.compress_dlrm`: the users', items' and zip codes' tables (2,975 of "
                      "3,028 rows, dim 16), 25 % extra steps; the mean of seeds 0 and 1. `compress_dlrm`: today's "
