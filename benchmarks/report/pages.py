@@ -110,6 +110,8 @@ PAGES = [
                      "compress_llama-64x4_probes.json", f"{OURS}:compress_runs_with_curves",
                      "Each probe's command is in the file's note; some patched a constant or a function for the run (a "
                      "probe, not an option)."),
+             Section("The same probes, seed 1 (its own dense model)", "compress_llama-64x4_probes_seed1.json",
+                     f"{OURS}:compress_runs_with_curves"),
          ]),
     Page("compression_budgets", "Trained language models at other budgets", "The trained Llama and GPT-2 of the "
          "compression pages given 10 % extra steps instead of 25 %, and compressed 8×: where does each path stand?", [
@@ -155,18 +157,17 @@ PAGES = [
              Section("The same BERT with 10 % extra steps", ("compress_pairs_bert_extra10.json", "compress_pairs_bert_extra10_seed1.json"),
                      f"{OURS}:pairs_by_seed", "`python -m benchmarks.quality.compress_pairs --model bert --extra 0.1 "
                      "[--seed 1]`: 98 extra steps; the mean of seeds 0 and 1."),
-             Section("A trained CodeBERT-like masked LM compressed 4× and 8×", ("compress_codebert.json", "compress_codebert_seed1.json",
-                                                                               "compress_codebert_dense_start.json",
-                                                                               "compress_codebert_dense_size_start.json",
-                                                                               "compress_codebert_dense_size_start_seed1.json"),
+             Section("A trained CodeBERT-like masked LM compressed 4× and 8×",
+                     ("compress_codebert.json", "compress_codebert_seed1.json", "compress_codebert_dense_start.json",
+                      "compress_codebert_dense_size_start.json", "compress_codebert_dense_size_start_seed1.json"),
                      f"{OURS}:pairs_by_seed", "`python -m benchmarks.quality.compress_pairs --model codebert "
                      "--compressions 4,8 [--seed 1]`: the package's `MaskedLanguageModel` at `configs/codebert_tiny.yaml`'s "
                      "shape on 200 files of the Python standard library, trained dense 976 steps, then 244 more (25 %); "
                      "accuracy is the masked-token accuracy; the mean of seeds 0 and 1. `compress_codebert_dense_start`: "
                      "4× rerun from 2026-11-29's trained start (seed 0); `compress_codebert_dense_size_start`: "
                      f"{DENSE_SIZE_START}."),
-             Section("A trained CodeBERT-like masked LM at `codebert_small`'s shape compressed 4×", ("compress_codebert_small.json",
-                                                                                                  "compress_codebert_small_dense_start.json"),
+             Section("A trained CodeBERT-like masked LM at `codebert_small`'s shape compressed 4×",
+                     ("compress_codebert_small.json", "compress_codebert_small_dense_start.json"),
                      f"{OURS}:pairs_by_seed", "`python -m benchmarks.quality.compress_pairs --model codebert_small --epochs 1 "
                      "--compressions 4 --systems comera,svd_ft` (and `comera,small`: the same comera figures, the small row from "
                      "it): `configs/codebert_small.yaml`'s model (d_model 384, 4 "
