@@ -45,11 +45,13 @@ def seeded(stem: str, variants: dict[str, int]) -> tuple[str, ...]:
 
 PAIRS = seeded("compress_pairs", {"": 2, "_trained_schedule": 2, "_held_gates": 2, "_gate_lr_2e-3": 2, "_prune": 2,
                                   "_distill": 2, "_tall_tables": 2, "_ft_lr_3e-4": 2, "_ft_lr_1e-4": 4,
-                                  "_ft_lr_1e-4_dense_size_start": 4})
+                                  "_ft_lr_1e-4_dense_size_start": 4, "_ft_lr_1e-4_core_steps_auto_others_2": 4})
 BERT = seeded("compress_pairs_bert", {"": 2, "_ft_lr_3e-4": 2, "_ft_lr_1e-4": 4, "_ft_lr_1e-4_dense_size_start": 4,
-                                      "_tt_tables": 2, "_core_steps_1": 2})
+                                      "_ft_lr_1e-4_core_steps_auto_others_2": 4, "_tt_tables": 2, "_core_steps_1": 2})
 DENSE_SIZE_START = ("the start at the dense size at every budget, a probe not kept (`comera_lightning.schedule.config."
                     "START_FACTOR = 100` set before `main()`, 2026-11-30; today's start is twice the size asked)")
+AUTO_OTHERS_2 = ("the default core steps (\"auto\": the token table's cores 12x) with every other TT layer's cores "
+                 "stretched 2x, a probe not kept (`CoreStepScale` patched before `main()`, 2026-11-30)")
 DLRM = seeded("compress_dlrm", {"": 2, "_gate_lr_1e-3": 2, "_tt_tables": 2})
 
 PAGES = [
@@ -141,7 +143,8 @@ PAGES = [
                      "`compress_pairs_tall_tables` today's defaults (the 8,192 × 64 token table, tall, starts as two "
                      "factors), `compress_pairs_ft_lr_3e-4` and `_1e-4` the same with every run from the trained weights at "
                      "LR 3e-4 and 1e-4 (`--ft-lr`; 1e-4 on seeds 0–3, each its own dense model); "
-                     f"`_ft_lr_1e-4_dense_size_start`: {DENSE_SIZE_START}."),
+                     f"`_ft_lr_1e-4_dense_size_start`: {DENSE_SIZE_START}; `_ft_lr_1e-4_core_steps_auto_others_2`: "
+                     f"{AUTO_OTHERS_2}."),
              Section("The same classifier with 10 % extra steps", ("compress_pairs_extra10.json", "compress_pairs_extra10_seed1.json"),
                      f"{OURS}:pairs_by_seed", "`python -m benchmarks.quality.compress_pairs --extra 0.1 [--seed 1]`: 98 "
                      "extra steps; the mean of seeds 0 and 1."),
@@ -153,19 +156,21 @@ PAGES = [
                      "every run from the trained weights at LR 3e-4 and 1e-4 (`--ft-lr`; 1e-4 on seeds 0–3, each its own "
                      "dense model); `compress_pairs_bert_tt_tables`: before, the "
                      "token table as a two-core TT-matrix; `compress_pairs_bert_core_steps_1`: that with "
-                     f"`core_step_scale=1` (tried); `_ft_lr_1e-4_dense_size_start`: {DENSE_SIZE_START}."),
+                     f"`core_step_scale=1` (tried); `_ft_lr_1e-4_dense_size_start`: {DENSE_SIZE_START}; "
+                     f"`_ft_lr_1e-4_core_steps_auto_others_2`: {AUTO_OTHERS_2}."),
              Section("The same BERT with 10 % extra steps", ("compress_pairs_bert_extra10.json", "compress_pairs_bert_extra10_seed1.json"),
                      f"{OURS}:pairs_by_seed", "`python -m benchmarks.quality.compress_pairs --model bert --extra 0.1 "
                      "[--seed 1]`: 98 extra steps; the mean of seeds 0 and 1."),
              Section("A trained CodeBERT-like masked LM compressed 4× and 8×",
                      ("compress_codebert.json", "compress_codebert_seed1.json", "compress_codebert_dense_start.json",
-                      "compress_codebert_dense_size_start.json", "compress_codebert_dense_size_start_seed1.json"),
+                      "compress_codebert_dense_size_start.json", "compress_codebert_dense_size_start_seed1.json",
+                      "compress_codebert_core_steps_auto_others_2.json", "compress_codebert_core_steps_auto_others_2_seed1.json"),
                      f"{OURS}:pairs_by_seed", "`python -m benchmarks.quality.compress_pairs --model codebert "
                      "--compressions 4,8 [--seed 1]`: the package's `MaskedLanguageModel` at `configs/codebert_tiny.yaml`'s "
                      "shape on 200 files of the Python standard library, trained dense 976 steps, then 244 more (25 %); "
                      "accuracy is the masked-token accuracy; the mean of seeds 0 and 1. `compress_codebert_dense_start`: "
                      "4× rerun from 2026-11-29's trained start (seed 0); `compress_codebert_dense_size_start`: "
-                     f"{DENSE_SIZE_START}."),
+                     f"{DENSE_SIZE_START}; `compress_codebert_core_steps_auto_others_2`: {AUTO_OTHERS_2}."),
              Section("A trained CodeBERT-like masked LM at `codebert_small`'s shape compressed 4×",
                      ("compress_codebert_small.json", "compress_codebert_small_dense_start.json"),
                      f"{OURS}:pairs_by_seed", "`python -m benchmarks.quality.compress_pairs --model codebert_small --epochs 1 "
