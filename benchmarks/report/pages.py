@@ -162,9 +162,7 @@ PAGES = [
                      f"{OURS}:pairs_by_seed", "`python -m benchmarks.quality.compress_pairs --model bert --extra 0.1 "
                      "[--seed 1]`: 98 extra steps; the mean of seeds 0 and 1."),
              Section("A trained CodeBERT-like masked LM compressed 4× and 8×",
-                     ("compress_codebert.json", "compress_codebert_seed1.json", "compress_codebert_dense_start.json",
-                      "compress_codebert_dense_size_start.json", "compress_codebert_dense_size_start_seed1.json",
-                      "compress_codebert_core_steps_auto_others_2.json", "compress_codebert_core_steps_auto_others_2_seed1.json"),
+                     seeded("compress_codebert", {"": 2, "_dense_start": 1, "_dense_size_start": 2, "_core_steps_auto_others_2": 2}),
                      f"{OURS}:pairs_by_seed", "`python -m benchmarks.quality.compress_pairs --model codebert "
                      "--compressions 4,8 [--seed 1]`: the package's `MaskedLanguageModel` at `configs/codebert_tiny.yaml`'s "
                      "shape on 200 files of the Python standard library, trained dense 976 steps, then 244 more (25 %); "
@@ -172,7 +170,7 @@ PAGES = [
                      "4× rerun from 2026-11-29's trained start (seed 0); `compress_codebert_dense_size_start`: "
                      f"{DENSE_SIZE_START}; `compress_codebert_core_steps_auto_others_2`: {AUTO_OTHERS_2}."),
              Section("A trained CodeBERT-like masked LM at `codebert_small`'s shape compressed 4×",
-                     ("compress_codebert_small.json", "compress_codebert_small_dense_start.json"),
+                     seeded("compress_codebert_small", {"": 1, "_dense_start": 1}),
                      f"{OURS}:pairs_by_seed", "`python -m benchmarks.quality.compress_pairs --model codebert_small --epochs 1 "
                      "--compressions 4 --systems comera,svd_ft` (and `comera,small`: the same comera figures, the small row from "
                      "it): `configs/codebert_small.yaml`'s model (d_model 384, 4 "

@@ -195,12 +195,13 @@ def curves(results: dict[str, dict[str, Any]]) -> str:
     for source, result in results.items():
         (model,) = result["models"].values()
         (run,) = model["systems"].values()
-        columns[f"{run['model']} {run['system']}, {result.get('code', source)}"] = {p["step"]: p["val_loss"] for p in run["curve"]}
+        columns[f"{run['model']} {run['system']}, {result.get('code', source)}"] = run["curve"]
     return _curve_table(columns)
 
 
-def _curve_table(columns: dict[str, dict[int, float]]) -> str:
-    """One row per step, one column per named curve (step → validation loss); "–" where a curve has no value."""
+def _curve_table(curves: dict[str, list[dict[str, Any]]]) -> str:
+    """One row per step, one column per named curve (its points' validation loss); "–" where a curve has no value."""
+    columns = {name: {p["step"]: p["val_loss"] for p in points} for name, points in curves.items()}
     steps = sorted({step for curve in columns.values() for step in curve})
     lines = ["| step | " + " | ".join(columns) + " |", "|---|" + "---|" * len(columns)]
     lines += [f"| {step:,} | " + " | ".join(f"{curve[step]:.3f}" if step in curve else "–" for curve in columns.values()) + " |"
@@ -213,5 +214,5 @@ def compress_runs_with_curves(result: dict[str, Any], least: int = 10) -> str:
     curved = [run for run in result["runs"] if len(run.get("curve", ())) >= least]
     if not curved:
         return compress_runs(result)
-    columns = {f"{run['system']} ({run['compression']:g}×)": {p["step"]: p["val_loss"] for p in run["curve"]} for run in curved}
-    return f"{compress_runs(result)}\n\nValidation loss along the runs validated often:\n\n{_curve_table(columns)}"
+    curves = {f"{run['system']} ({run['compression']:g}×)": run["curve"] for run in curved}
+    return f"{compress_runs(result)}\n\nValidation loss along the runs validated often:\n\n{_curve_table(curves)}"
