@@ -52,7 +52,7 @@ DENSE_SIZE_START = ("the start at the dense size at every budget, a probe not ke
                     "START_FACTOR = 100` set before `main()`, 2026-11-30; today's start is twice the size asked)")
 AUTO_OTHERS_2 = ("the default core steps (\"auto\": the token table's cores 12x) with every other TT layer's cores "
                  "stretched 2x, a probe not kept (`CoreStepScale` patched before `main()`, 2026-11-30)")
-DLRM = seeded("compress_dlrm", {"": 2, "_gate_lr_1e-3": 2, "_tt_tables": 2})
+DLRM = seeded("compress_dlrm", {"": 2, "_gate_lr_1e-3": 2, "_tt_tables": 2, "_distill": 2})
 
 PAGES = [
     Page("quality", "Quality from scratch", "How good is a model trained with CoMERA from random init, against dense, a "
@@ -183,7 +183,9 @@ PAGES = [
                      "3,028 rows, dim 16), 25 % extra steps; the mean of seeds 0 and 1. `compress_dlrm`: today's "
                      "defaults (a trained TorchRec table starts as two factors, its truncated SVD); "
                      "`compress_dlrm_gate_lr_1e-3`: the same with slower gates (`gate_lr=1e-3`, tried); "
-                     "`compress_dlrm_tt_tables`: the four-core TT-matrix tables of before (`embedding_num_cores=4`). "
+                     "`compress_dlrm_tt_tables`: the four-core TT-matrix tables of before (`embedding_num_cores=4`); "
+                     "`compress_dlrm_distill`: the trained DLRM as teacher (`--callback 'distill={\"module\": \"model\"}'`, "
+                     "its click logit read as a Bernoulli's, 2026-11-30). "
                      "At rank 1 two factors hold 2,975 + 3 × 16 parameters: 15.7× is as small as they get."),
              Section("The same with 10 % extra steps, seed 0", ("compress_dlrm_extra10.json",), f"{OURS}:dlrm_by_seed",
                      "`python -m benchmarks.quality.compress_dlrm --extra 0.1`: 156 extra steps."),

@@ -7,7 +7,8 @@ of ``module`` the teacher sees the same inputs, and the step's objective becomes
     (1 − α)·L + α·T²·KL(softmax(t/T) ‖ softmax(s/T))
 
 (plus the stage's size terms), the KL over the last axis of both outputs (their logits: a tensor, the ``logits`` of a
-model output, or the first element of a tuple), averaged over the rest. The teacher is not a submodule: checkpoints,
+model output, or the first element of a tuple), averaged over the rest; a binary model's single logit (a DLRM's
+click, shape ``(B,)`` or ``(B, 1)``) is read as Bernoulli logits. The teacher is not a submodule: checkpoints,
 optimizers and DDP do not see it. It costs one dense forward a step and the dense weights' memory.
 """
 
@@ -59,8 +60,19 @@ def logits_of(output: Any) -> torch.Tensor:
                     "them as DistillConfig(module=...).")
 
 
+def as_class_logits(logits: torch.Tensor) -> torch.Tensor:
+    """Class logits on the last axis; a binary model's single logit (shape ``(B,)`` or ``(..., 1)``) as the two classes'
+    ``[0, z]``, whose softmax is ``[1 − σ(z), σ(z)]`` (otherwise the batch would be taken for the classes)."""
+    if logits.dim() == 1 or logits.shape[-1] == 1:
+        single = logits.reshape(-1)
+        return torch.stack([torch.zeros_like(single), single], dim=-1)
+    return logits
+
+
 def soft_target_loss(student: torch.Tensor, teacher: torch.Tensor, temperature: float) -> torch.Tensor:
-    """T²·KL(softmax(teacher/T) ‖ softmax(student/T)) over the last axis, averaged over the others."""
+    """T²·KL(softmax(teacher/T) ‖ softmax(student/T)) over the last axis, averaged over the others (a single logit:
+    the Bernoulli KL of ``σ(teacher/T)`` and ``σ(student/T)``)."""
+    student, teacher = as_class_logits(student), as_class_logits(teacher)
     classes = student.shape[-1]
     log_student = F.log_softmax(student.reshape(-1, classes).float() / temperature, dim=-1)
     log_teacher = F.log_softmax(teacher.reshape(-1, classes).float() / temperature, dim=-1)

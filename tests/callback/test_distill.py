@@ -20,6 +20,16 @@ def test_the_soft_target_term_is_zero_only_where_student_and_teacher_agree():
     assert float(term) > 0 and student.grad.abs().sum() > 0
 
 
+def test_a_binary_models_single_logit_is_distilled_as_a_bernoulli_not_across_the_batch():
+    # A DLRM returns one click logit per example, (B,): softmax over that axis would mix the batch's examples.
+    student, teacher, t = torch.randn(64), torch.randn(64), 2.0
+    p, q = torch.sigmoid(teacher / t), torch.sigmoid(student / t)
+    bernoulli = (p * (p.log() - q.log()) + (1 - p) * ((1 - p).log() - (1 - q).log())).mean() * t ** 2
+    torch.testing.assert_close(soft_target_loss(student, teacher, t), bernoulli)
+    torch.testing.assert_close(soft_target_loss(student[:, None], teacher[:, None], t), bernoulli)
+    assert float(soft_target_loss(teacher, teacher, t)) == pytest.approx(0.0, abs=1e-6)
+
+
 class Recorder(L.Callback):
     """The objective the callback handed back, beside the task loss, each step."""
 
