@@ -167,10 +167,11 @@ def _by_seed(results: dict[str, dict[str, Any]], metrics: tuple[tuple[str, str],
              "|---|---|---|" + "---|" * len(compressions)]
     for stem, seeds in groups.items():
         ran = [c for c in compressions if c in seeds[0]["by_compression"]]  # a variant may run some sizes only
-        for system in seeds[0]["by_compression"][ran[0]]:
-            cells = [", ".join(_cell(_mean([r["by_compression"][c][system][key] for r in seeds]), key) for key, _ in metrics)
+        for system in dict.fromkeys(name for r in seeds for name in r["by_compression"][ran[0]]):  # a seed may run more
+            having = [r for r in seeds if system in r["by_compression"][ran[0]]]
+            cells = [", ".join(_cell(_mean([r["by_compression"][c][system][key] for r in having]), key) for key, _ in metrics)
                      if c in ran else "–" for c in compressions]
-            lines.append(f"| `{stem}` | {system} | {len(seeds)} | " + " | ".join(cells) + " |")
+            lines.append(f"| `{stem}` | {system} | {len(having)} | " + " | ".join(cells) + " |")
         if all("--systems" in r["command"] for r in seeds) and {r["args"]["seed"] for r in seeds} - set(full):
             cell = ", ".join(_cell(_mean([r["dense"][key] for r in seeds]), key) for key, _ in metrics)  # seeds of its own
             lines.append(f"| `{stem}` | dense (trained) | {len(seeds)} | " + " | ".join([cell] * len(compressions)) + " |")

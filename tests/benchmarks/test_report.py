@@ -103,3 +103,17 @@ def test_a_variant_run_at_fewer_sizes_shows_a_dash_for_the_others():
     variant = {**full, "command": f"{full['command']} --compressions 8 --systems comera", "by_compression": {"8": {"comera": run}}}
     lines = pairs_by_seed({"p.json": full, "v.json": variant}).splitlines()
     assert "| `v` | comera | 1 | – | 0.500, 0.400 |" in lines
+
+
+def test_a_system_one_seed_ran_besides_the_others_is_its_own_row_with_its_own_count():
+    from benchmarks.report.tables import pairs_by_seed
+
+    def result(seed: int, systems: dict) -> dict:
+        return {"command": "python -m benchmarks.quality.compress_pairs --systems comera", "args": {"seed": seed},
+                "dense_steps": 8, "extra_steps": 2, "dense": {"test_acc": 0.6, "val_loss": 0.3}, "by_compression": {"4": systems}}
+
+    comera, small = {"test_acc": 0.5, "val_loss": 0.4}, {"test_acc": 0.3, "val_loss": 0.7}
+    lines = pairs_by_seed({"v.json": result(0, {"comera": comera}),
+                           "v_seed1.json": result(1, {"comera": comera, "small": small})}).splitlines()
+    assert "| `v` | comera | 2 | 0.500, 0.400 |" in lines
+    assert "| `v` | small | 1 | 0.300, 0.700 |" in lines, "seed 1's small row, not dropped for seed 0's want of one"
