@@ -177,14 +177,16 @@ PAGES = [
                      "4× rerun from 2026-11-29's trained start (seed 0); `compress_codebert_dense_size_start`: "
                      f"{DENSE_SIZE_START}; `compress_codebert_core_steps_auto_others_2`: {AUTO_OTHERS_2}."),
              Section("A trained CodeBERT-like masked LM at `codebert_small`'s shape compressed 4×",
-                     seeded("compress_codebert_small", {"": 1, "_dense_start": 1}),
+                     seeded("compress_codebert_small", {"": 1, "_dense_start": 2}),
                      f"{OURS}:pairs_by_seed", "`python -m benchmarks.quality.compress_pairs --model codebert_small --epochs 1 "
                      "--compressions 4 --systems comera,svd_ft` (and `comera,small`: the same comera figures, the small row from "
                      "it): `configs/codebert_small.yaml`'s model (d_model 384, 4 "
                      "layers, an untied 8,192-token table and head: 13.6 M parameters) and data (600 files of the Python "
                      "standard library, blocks of 128), one LR (3e-4) for every run, trained dense one epoch (1,168 "
                      "steps), then 292 more (25 %); seed 0. `compress_codebert_small_dense_start`: the same command "
-                     "(`--no-served`) after 2026-11-29's trained-start rule: the start at 2.0× smaller, was 2.5×."),
+                     "(`--no-served`) after 2026-11-29's trained-start rule: the start at 2.0× smaller, was 2.5×; its seed 1 "
+                     "(2026-11-30, `--systems comera,svd_ft,small --seed 1`) has its own split of the files: 1,073 dense "
+                     "steps and 268 more, and its own small row."),
              Section("A trained DLRM's tables (MovieLens-100K) compressed 4×, 8× and 32×", DLRM, f"{OURS}:dlrm_by_seed",
                      "`python -m benchmarks.quality.compress_dlrm`: the users', items' and zip codes' tables (2,975 of "
                      "3,028 rows, dim 16), 25 % extra steps; the mean of seeds 0 and 1. `compress_dlrm`: today's "
