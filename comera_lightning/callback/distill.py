@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from lightning.pytorch.utilities import rank_zero_info
 from torch import nn
 from torch.nn import functional as F
 
@@ -115,6 +116,9 @@ class Teacher:
             finally:
                 if trainer is not None:
                     pl_module._trainer = trainer
+            name = f"'{self.config.module}'" if self.config.module else "the LightningModule"
+            rank_zero_info(f"ComeraCallback: teacher: a frozen copy of {name} as trained, weight {self.config.weight:g} "
+                           f"at temperature {self.config.temperature:g} (one dense forward a step).")
         self.detach_hook()
         self._handle = student.register_forward_hook(self._after_forward, with_kwargs=True)
 

@@ -41,7 +41,8 @@ class Recorder(L.Callback):
         self.pairs.append((float(outputs["loss"]), float(cb.stage_objective.last["task_loss"])))
 
 
-def test_a_compress_run_distils_the_trained_model_into_its_tensorized_self(tmp_path):
+def test_a_compress_run_distils_the_trained_model_into_its_tensorized_self(tmp_path, caplog):
+    caplog.set_level("INFO")
     model = trained_classifier(tmp_path)
     dense_logits = model(loaders()[1].dataset.tensors[0]).detach()
     cb = ComeraCallback(tensorize=TensorizeConfig(init="svd"), budget=BudgetConfig(compression=8.0),
@@ -54,6 +55,7 @@ def test_a_compress_run_distils_the_trained_model_into_its_tensorized_self(tmp_p
     assert all(id(p) not in {id(q) for q in teacher.parameters()} for p in model.parameters())
     assert all(abs(loss - task) > 1e-6 for loss, task in record.pairs), "every step's objective holds the teacher's term"
     assert cb.teacher._handle is None, "the hook goes with the fit"
+    assert "teacher: a frozen copy of the LightningModule as trained, weight 0.5 at temperature 2" in caplog.text
 
 
 def test_a_submodule_that_does_not_exist_is_named_and_a_resume_is_refused(tmp_path):
