@@ -116,8 +116,7 @@ class Teacher:
             finally:
                 if trainer is not None:
                     pl_module._trainer = trainer
-            name = f"'{self.config.module}'" if self.config.module else "the LightningModule"
-            rank_zero_info(f"ComeraCallback: teacher: a frozen copy of {name} as trained, weight {self.config.weight:g} "
+            rank_zero_info(f"ComeraCallback: teacher: a frozen copy of {self._described()} as trained, weight {self.config.weight:g} "
                            f"at temperature {self.config.temperature:g} (one dense forward a step).")
         self.detach_hook()
         self._handle = student.register_forward_hook(self._after_forward, with_kwargs=True)
@@ -136,8 +135,16 @@ class Teacher:
         """``loss`` with α of its task loss replaced by the teacher's term of this step (unchanged without one)."""
         term, self._term = self._term, None
         if term is None:
+            if self.config is not None:  # configured, hooked, yet its module's forward did not run in this step
+                raise ValueError(f"distill: {self._described()} was not called in this training step, so the teacher had "
+                                 "nothing to compare (a training_step that calls the layers itself, not forward, skips "
+                                 "it): name the submodule your training_step calls whose output is the logits, as "
+                                 "DistillConfig(module=...).")
             return loss
         return loss + self.config.weight * (term.to(loss.dtype) - task_loss)
+
+    def _described(self) -> str:
+        return f"the submodule {self.config.module!r}" if self.config.module else "the LightningModule's forward"
 
     def detach_hook(self) -> None:
         if self._handle is not None:

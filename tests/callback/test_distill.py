@@ -3,12 +3,13 @@
 import lightning as L
 import pytest
 import torch
+from torch import nn
 
 from comera_lightning import BudgetConfig, ComeraCallback, DistillConfig, TensorizeConfig
 from comera_lightning.callback.distill import soft_target_loss
 from tests.callback.test_compress_trained import trained_classifier
 from tests.helpers.callback_runs import trainer
-from tests.helpers.plain_modules import loaders
+from tests.helpers.plain_modules import PlainClassifier, loaders
 
 
 def test_the_soft_target_term_is_zero_only_where_student_and_teacher_agree():
@@ -55,7 +56,7 @@ def test_a_compress_run_distils_the_trained_model_into_its_tensorized_self(tmp_p
     assert all(id(p) not in {id(q) for q in teacher.parameters()} for p in model.parameters())
     assert all(abs(loss - task) > 1e-6 for loss, task in record.pairs), "every step's objective holds the teacher's term"
     assert cb.teacher._handle is None, "the hook goes with the fit"
-    assert "teacher: a frozen copy of the LightningModule as trained, weight 0.5 at temperature 2" in caplog.text
+    assert "teacher: a frozen copy of the LightningModule's forward as trained, weight 0.5 at temperature 2" in caplog.text
 
 
 def test_a_submodule_that_does_not_exist_is_named_and_a_resume_is_refused(tmp_path):
@@ -72,6 +73,25 @@ def test_a_submodule_that_does_not_exist_is_named_and_a_resume_is_refused(tmp_pa
     cb = ComeraCallback(tensorize=TensorizeConfig(init="svd"), distill=DistillConfig(module=""))
     with pytest.raises(ValueError, match="a resumed run no longer has"):
         trainer(tmp_path, [cb], max_epochs=2).fit(trained_classifier(tmp_path), *loaders(), ckpt_path=str(saved))
+
+
+class LayersCalledDirectly(PlainClassifier):
+    """A training_step that calls its layers, not its forward (as the package's masked LM does)."""
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return nn.functional.cross_entropy(self.head(self.encoder(x)), y)
+
+
+def test_a_teacher_whose_module_the_training_step_never_calls_is_refused_not_silently_idle(tmp_path):
+    model = LayersCalledDirectly()
+    cb = ComeraCallback(tensorize=TensorizeConfig(init="svd"), distill=DistillConfig(module=""))
+    with pytest.raises(ValueError, match=r"the LightningModule's forward was not called in this training step.*"
+                                         r"DistillConfig\(module=\.\.\.\)"):
+        trainer(tmp_path, [cb], max_epochs=1).fit(model, *loaders())
+    model = LayersCalledDirectly()
+    cb = ComeraCallback(tensorize=TensorizeConfig(init="svd"), distill=DistillConfig(module="head"))
+    trainer(tmp_path, [cb], max_epochs=1).fit(model, *loaders())  # the head is called: its dense copy teaches
 
 
 def test_a_test_run_after_the_fit_keeps_the_dense_teacher(tmp_path):
