@@ -34,8 +34,9 @@ class DistillConfig:
     """Distillation from the model as it was before tensorizing (for compressing a trained model).
 
     Args:
-        module: the submodule whose output is the logits ("model" for a LightningModule wrapping a Hugging Face
-            model as ``self.model``); "": the LightningModule's own forward (``self(batch)``).
+        module: the submodule the training step calls whose output is the logits ("model" for a LightningModule
+            wrapping a Hugging Face model as ``self.model``); "": the LightningModule's own forward (``self(batch)``).
+            One the step never calls is refused at the first step.
         weight: α, the distillation term's share of the task loss's place in the objective.
         temperature: T, the softmax temperature of both sides (the term is scaled by T²).
     """
