@@ -117,8 +117,8 @@ class Teacher:
             finally:
                 if trainer is not None:
                     pl_module._trainer = trainer
-            rank_zero_info(f"ComeraCallback: teacher: a frozen copy of {self._described()} as trained, weight {self.config.weight:g} "
-                           f"at temperature {self.config.temperature:g} (one dense forward a step).")
+            rank_zero_info(f"ComeraCallback: teacher: a frozen copy of {self._described()} as trained, weight "
+                           f"{self.config.weight:g} at temperature {self.config.temperature:g} (one dense forward a step).")
         self.detach_hook()
         self._handle = student.register_forward_hook(self._after_forward, with_kwargs=True)
 
