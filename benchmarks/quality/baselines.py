@@ -8,6 +8,7 @@
   information of the weight's rows) before the truncated SVD, so the outputs the loss is sensitive to are kept.
 * ``magnitude_prune_``: ``torch.nn.utils.prune`` global magnitude pruning of the same layers' weights down to a count
   of nonzeros (unstructured: it saves parameters only where sparse storage is used).
+* ``distilled_``: the trained model as teacher of a plain path (CoMERA's ``Teacher``, outside the callback).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import torch
 from torch import nn
 
 from benchmarks.quality.models import _shape, svd_factors_
+from comera_lightning.callback.distill import DistillConfig, Teacher
 
 #: ASVD's exponent of the mean absolute activation (their default).
 ASVD_ALPHA = 0.5
@@ -124,3 +126,17 @@ def nonzero_parameters(model: nn.Module) -> int:
     """Parameters counting a pruned weight by its nonzeros (``weight_orig`` under its mask)."""
     masks = {id(getattr(module, f"{name}_orig")): getattr(module, f"{name}_mask") for module, name in pruned(model)}
     return sum(int(masks[id(p)].sum()) if id(p) in masks else p.numel() for p in model.parameters())
+
+
+def distilled_(model: Any, config: dict[str, Any]) -> None:
+    """Have the LightningModule ``model`` (dense still: call before factoring it) distil its own trained copy in every
+    training step, as CoMERA's ``DistillConfig`` does: the plain path given the teacher CoMERA had."""
+    teacher = Teacher(DistillConfig(**config))
+    teacher.attach(model)
+    step = model.training_step
+
+    def distilling_step(*args: Any, **kwargs: Any) -> torch.Tensor:
+        loss = step(*args, **kwargs)
+        return teacher.mix(loss, loss)
+
+    model.training_step = distilling_step

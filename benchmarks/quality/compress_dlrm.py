@@ -11,6 +11,7 @@ dense steps more, in one process, same data and seed. The tables compressed are 
 * ``svd_ft``: each of those tables replaced by its truncated SVD as two plain factors (``E ≈ A·B``) holding the
   parameters CoMERA's TT table ended with (rank ≥ 1: at high compression a 16-wide table cannot get that small, and
   its real size is reported), fine-tuned the extra steps;
+* ``svd_ft_distill``: that with the teacher CoMERA was given (``--callback 'distill={...}'``, required);
 * ``prune_ft``: ``torch.nn.utils.prune`` global magnitude pruning of the same tables to CoMERA's count, fine-tuned
   with the masks;
 * ``small``: a dense DLRM whose embedding dim gives those tables about CoMERA's size (at least 1), trained from
@@ -40,7 +41,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from benchmarks.probes import machine_basics
-from benchmarks.quality.baselines import magnitude_prune_, nonzero_parameters
+from benchmarks.quality.baselines import distilled_, magnitude_prune_, nonzero_parameters
 from benchmarks.quality.compress_common import (
     markdown,
     quiet_fit,
@@ -58,8 +59,8 @@ from comera_lightning import BudgetConfig, ComeraCallback, TensorizeConfig
 from comera_lightning.data.movielens import MovieLensClicksDataModule
 from comera_lightning.models.dlrm import DLRMClassifier
 
-SYSTEMS = ("comera", "svd_ft", "prune_ft", "small", "dense_ft")
-NEEDS = {"svd_ft": ("comera",), "prune_ft": ("comera",), "small": ("comera",)}
+SYSTEMS = ("comera", "svd_ft", "svd_ft_distill", "prune_ft", "small", "dense_ft")
+NEEDS = {"svd_ft": ("comera",), "svd_ft_distill": ("comera",), "prune_ft": ("comera",), "small": ("comera",)}
 CHECK = {"epochs": 1, "limit_batches": 4, "compressions": "8"}
 DATA = {"split_mode": "random", "batch_size": 256, "eval_batch_size": 4096}
 MODEL = {"embedding_dim": 16, "dense_arch_layer_sizes": [64, 16], "over_arch_layer_sizes": [64, 32, 1],
@@ -101,7 +102,8 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--epochs", type=int, default=5, help="epochs of the dense training (313 steps each)")
     parser.add_argument("--extra", type=float, default=0.25, help="compress steps, as a fraction of the dense steps")
     parser.add_argument("--compressions", default="4,8,32", help="compressions of the tables, comma-separated")
-    parser.add_argument("--systems", default=",".join(SYSTEMS), help=f"comma-separated, from {','.join(SYSTEMS)}")
+    parser.add_argument("--systems", default=",".join(s for s in SYSTEMS if s != "svd_ft_distill"),
+                        help=f"comma-separated, from {','.join(SYSTEMS)} (svd_ft_distill only when named)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--callback", nargs="*", default=[], help="further ComeraCallback arguments, key=value (JSON "
                         "values), e.g. core_step_scale=1")
@@ -110,7 +112,10 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
     add_run_arguments(parser, "compress_dlrm.json", "a few batches of each run: the pipeline runs")
     args = parser.parse_args(argv)
     apply_check(args, CHECK, "compress_dlrm")
-    return args, systems_of(parser, args.systems, SYSTEMS, NEEDS)
+    systems = systems_of(parser, args.systems, SYSTEMS, NEEDS)
+    if "svd_ft_distill" in systems and "distill" not in _options(args.callback):
+        parser.error("svd_ft_distill is the plain path with CoMERA's teacher: give it as --callback 'distill={...}'")
+    return args, systems
 
 
 def _model(data: MovieLensClicksDataModule, embedding_dim: int = MODEL["embedding_dim"]) -> DLRMClassifier:
@@ -162,8 +167,11 @@ def fit(system: str, data: MovieLensClicksDataModule, args: argparse.Namespace, 
     return result, model
 
 
-def low_rank_(model: DLRMClassifier, sizes: dict[str, int]) -> dict[str, int]:
-    """Each compressed table replaced by SVD factors holding about ``sizes[name]`` parameters; returns the ranks."""
+def low_rank_(model: DLRMClassifier, sizes: dict[str, int], teacher: dict[str, Any] | None = None) -> dict[str, int]:
+    """Each compressed table replaced by SVD factors holding about ``sizes[name]`` parameters (the dense model first
+    made the teacher, given ``teacher``: a ``DistillConfig``'s fields); returns the ranks."""
+    if teacher is not None:
+        distilled_(model, teacher)
     bags = model.get_submodule(COLLECTION).embedding_bags
     ranks = {}
     for name, size in sizes.items():
@@ -179,11 +187,12 @@ def compress_at(data: MovieLensClicksDataModule, args: argparse.Namespace, syste
     comera, model = fit("comera", data, args, extra, state=state, compression=compression)
     sizes = {name: sum(core.numel() for core in table.cores) for name, table in compressed_tables(model).items()}
     results = {"comera": {**comera, "sizes": sizes}}
-    if "svd_ft" in systems:
+    for system in [s for s in ("svd_ft", "svd_ft_distill") if s in systems]:
         ranks: dict[str, int] = {}
-        results["svd_ft"], _ = fit("svd_ft", data, args, extra, state=state,
-                                   transform=lambda m: ranks.update(low_rank_(m, sizes)))
-        results["svd_ft"]["ranks"] = ranks
+        teacher = _options(args.callback)["distill"] if system == "svd_ft_distill" else None
+        results[system], _ = fit(system, data, args, extra, state=state,
+                                 transform=lambda m: ranks.update(low_rank_(m, sizes, teacher)))
+        results[system]["ranks"] = ranks
     if "prune_ft" in systems:
         names = [f"{COLLECTION}.embedding_bags.{name}" for name in sizes]
         results["prune_ft"], _ = fit("prune_ft", data, args, extra, state=state,

@@ -14,6 +14,7 @@ process, same data and seed:
 * ``svd``: every layer CoMERA tensorized replaced by its truncated SVD as plain factors at the rank CoMERA ended with
   (the same parameters per layer), not trained;
 * ``svd_ft``: the same, fine-tuned the extra steps (the plain path: SVD + fine-tuning);
+* ``svd_ft_distill``: that with the teacher CoMERA was given (``--callback 'distill={...}'``, required);
 * ``prune_ft``: ``torch.nn.utils.prune`` global magnitude pruning of the same layers to the weights CoMERA kept
   (parameters counted as nonzeros), fine-tuned the extra steps with the masks;
 * ``fixed``: CoMERA at fixed ranks of the size asked (``adapt=False``, ``init="svd"``), fine-tuned the extra steps;
@@ -42,6 +43,7 @@ import torch
 
 from benchmarks.probes import machine_basics
 from benchmarks.quality.baselines import (
+    distilled_,
     kept_weights,
     magnitude_prune_,
     nonzero_parameters,
@@ -64,8 +66,9 @@ from benchmarks.quality.weights_cache import (
 )
 from comera_lightning import BudgetConfig, ComeraCallback, TensorizeConfig
 
-SYSTEMS = ("comera", "svd", "svd_ft", "prune_ft", "fixed", "small", "dense_ft")
-NEEDS = {"svd": ("comera",), "svd_ft": ("comera",), "prune_ft": ("comera",), "small": ("comera",)}
+SYSTEMS = ("comera", "svd", "svd_ft", "svd_ft_distill", "prune_ft", "fixed", "small", "dense_ft")
+NEEDS = {"svd": ("comera",), "svd_ft": ("comera",), "svd_ft_distill": ("comera",), "prune_ft": ("comera",),
+         "small": ("comera",)}
 CHECK = {"epochs": 2, "limit_batches": 4, "compressions": "8"}
 MODELS = {**PAIR_MODELS, **CODE_MODELS}
 
@@ -78,7 +81,8 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--epochs", type=int, default=2, help="epochs of the dense training (492 steps each: 984 steps)")
     parser.add_argument("--extra", type=float, default=0.25, help="compress steps, as a fraction of the dense steps")
     parser.add_argument("--compressions", default="8,32", help="compressions of the tensorized layers, comma-separated")
-    parser.add_argument("--systems", default=",".join(SYSTEMS), help=f"comma-separated, from {','.join(SYSTEMS)}")
+    parser.add_argument("--systems", default=",".join(s for s in SYSTEMS if s != "svd_ft_distill"),
+                        help=f"comma-separated, from {','.join(SYSTEMS)} (svd_ft_distill only when named)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--comera", nargs="*", default=[], help="BudgetConfig fields of comera and fixed, key=value")
     parser.add_argument("--callback", nargs="*", default=[], help="further ComeraCallback arguments of comera and fixed, "
@@ -95,13 +99,17 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
     unknown = sorted(set(_options(args.comera)) - set(BudgetConfig.option_names()))
     if unknown:
         parser.error(f"--comera: unknown {unknown}; BudgetConfig fields are {BudgetConfig.option_names()}")
+    if "svd_ft_distill" in systems and "distill" not in _options(args.callback):
+        parser.error("svd_ft_distill is the plain path with CoMERA's teacher: give it as --callback 'distill={...}'")
     return args, systems
 
 
 def fit(system: str, data: L.LightningDataModule, args: argparse.Namespace, steps: int, *,
         state: dict[str, Any] | None = None, ranks: dict[str, int] | None = None, budget: BudgetConfig | None = None,
-        d_model: int | None = None, transform: Any = None) -> tuple[dict[str, Any], L.LightningModule]:
-    """One system: a fresh model (``state`` loaded, then ``ranks`` as SVD factors, then ``transform``), trained
+        d_model: int | None = None, transform: Any = None, distill: dict[str, Any] | None = None
+        ) -> tuple[dict[str, Any], L.LightningModule]:
+    """One system: a fresh model (``state`` loaded, its copy the teacher with ``distill``, then ``ranks`` as SVD
+    factors, then ``transform``), trained
     ``steps`` (0: not trained, only evaluated), with CoMERA when ``budget`` is given; its validation loss and test
     accuracy, and the model."""
     L.seed_everything(args.seed, verbose=False)
@@ -112,6 +120,8 @@ def fit(system: str, data: L.LightningDataModule, args: argparse.Namespace, step
         model.load_state_dict(copy.deepcopy(state))
         if args.ft_lr is not None:
             kind.set_lr(model, args.ft_lr)
+    if distill is not None:
+        distilled_(model, distill)
     if ranks:
         svd_factors_(model, ranks)
     if transform is not None:
@@ -179,6 +189,9 @@ def compress_at(data: L.LightningDataModule, args: argparse.Namespace, systems: 
         results["svd"], _ = fit("svd", data, args, 0, state=state, ranks=ranks)
     if "svd_ft" in systems:
         results["svd_ft"], _ = fit("svd_ft", data, args, extra, state=state, ranks=ranks)
+    if "svd_ft_distill" in systems:
+        results["svd_ft_distill"], _ = fit("svd_ft_distill", data, args, extra, state=state, ranks=ranks,
+                                           distill=_options(args.callback)["distill"])
     if "prune_ft" in systems:
         kind = MODELS[args.model]
         keep = kept_weights(ranks, kind.build(data, kind.width))

@@ -3,8 +3,8 @@
 import torch
 from torch import nn
 
-from benchmarks.quality.baselines import (activation_scales, asvd_factors_, fisher_scales, fwsvd_factors_, kept_weights,
-                                         magnitude_prune_, nonzero_parameters)
+from benchmarks.quality.baselines import (activation_scales, asvd_factors_, distilled_, fisher_scales, fwsvd_factors_,
+                                         kept_weights, magnitude_prune_, nonzero_parameters)
 from benchmarks.quality.models import svd_factors_
 
 
@@ -65,3 +65,22 @@ def test_magnitude_pruning_keeps_the_weights_asked_for():
     biases = 32 + 8
     assert nonzero_parameters(net) == keep + biases
     assert int((net.first.weight != 0).sum() + (net.second.weight != 0).sum()) == keep
+
+
+class Classifier(Net):
+    """``Net`` as a LightningModule would hold it: a training_step calling forward."""
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return nn.functional.cross_entropy(self(x), y)
+
+
+def test_the_plain_path_with_a_teacher_distils_the_dense_model_it_was_factored_from():
+    torch.manual_seed(0)
+    model, batch = Classifier(), (torch.randn(32, 16), torch.randint(0, 8, (32,)))
+    dense = model(batch[0]).detach()
+    distilled_(model, {"module": "", "weight": 1.0})  # the task loss wholly replaced by the teacher's term
+    svd_factors_(model, {"first": 2, "second": 2})
+    student = model(batch[0])
+    expected = nn.functional.kl_div(student.log_softmax(-1), dense.log_softmax(-1), log_target=True, reduction="batchmean")
+    torch.testing.assert_close(model.training_step(batch, 0), expected)
