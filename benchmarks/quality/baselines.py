@@ -8,7 +8,8 @@
   information of the weight's rows) before the truncated SVD, so the outputs the loss is sensitive to are kept.
 * ``magnitude_prune_``: ``torch.nn.utils.prune`` global magnitude pruning of the same layers' weights down to a count
   of nonzeros (unstructured: it saves parameters only where sparse storage is used).
-* ``distilled_``: the trained model as teacher of a plain path (CoMERA's ``Teacher``, outside the callback).
+* ``distilled_``, ``distilled_output_``: the trained model as teacher of a plain path (CoMERA's ``Teacher``, outside
+  the callback), for a LightningModule's training step or a Hugging Face model's ``loss``.
 """
 
 from __future__ import annotations
@@ -140,3 +141,17 @@ def distilled_(model: Any, config: dict[str, Any]) -> None:
         return teacher.mix(loss, loss)
 
     model.training_step = distilling_step
+
+
+def distilled_output_(model: nn.Module, config: dict[str, Any]) -> None:
+    """``distilled_`` for a Hugging Face model (dense still: call before factoring it): each training forward's
+    ``loss`` becomes the objective with its own trained copy as teacher (the whole model: ``config``'s module aside)."""
+    teacher = Teacher(DistillConfig(**{**config, "module": ""}))
+    teacher.attach(model)
+
+    def mixed(module: nn.Module, args: tuple, kwargs: dict, output: Any) -> Any:
+        if module.training and torch.is_grad_enabled():
+            output.loss = teacher.mix(output.loss, output.loss)
+        return output
+
+    model.register_forward_hook(mixed, with_kwargs=True)  # after the teacher's own hook, which leaves its term

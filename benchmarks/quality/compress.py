@@ -9,6 +9,7 @@ A causal LM (``ModelSpec``, default a Llama of width 64 and 4 blocks on the code
 * ``svd``: every layer CoMERA tensorized replaced by its truncated SVD as plain factors at the rank CoMERA ended with
   (the same parameters per layer), not trained;
 * ``svd_ft``: the same, fine-tuned the same extra steps (the plain path: SVD + fine-tuning);
+* ``svd_ft_distill``: that with the trained model as teacher, as CoMERA's ``--comera 'distill={...}'`` (required);
 * ``asvd_ft``: the same with activation-aware SVD (each input feature weighted by its mean |activation|^0.5 on 8
   training batches, ASVD), fine-tuned;
 * ``fwsvd_ft``: the same with Fisher-weighted SVD (each output feature weighted by √ of its summed squared loss
@@ -34,12 +35,13 @@ import sys
 from typing import Any
 
 from benchmarks.probes import RESULTS, machine_basics, write_result
-from benchmarks.quality.models import ModelSpec, narrow_width, svd_ranks_of
+from benchmarks.quality.baselines import distilled_output_
+from benchmarks.quality.models import ModelSpec, narrow_width, svd_factors_, svd_ranks_of
 from benchmarks.quality.runs import fit, print_result
 from benchmarks.quality.settings import RaceSettings, _options
 from benchmarks.quality.weights_cache import add_run_arguments, apply_check, load_or_train
 
-SYSTEMS = ("comera", "svd", "svd_ft", "asvd_ft", "fwsvd_ft", "prune_ft", "dense_ft", "small")
+SYSTEMS = ("comera", "svd", "svd_ft", "svd_ft_distill", "asvd_ft", "fwsvd_ft", "prune_ft", "dense_ft", "small")
 CALIBRATION_BATCHES = 8
 CHECK = {"model": "llama:32:1", "train_steps": 16, "epochs": 2, "batch_size": 4, "block_size": 32, "vocab_size": 300,
          "max_bytes": 300_000, "val_batches": 2, "ft_epochs": 2}
@@ -51,7 +53,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--train-steps", type=int, default=1080, help="steps of the dense training")
     parser.add_argument("--extra", type=float, default=0.25, help="compress steps, as a fraction of --train-steps")
     parser.add_argument("--compressions", default="2,4", help="compressions of the tensorized layers, comma-separated")
-    parser.add_argument("--systems", default=",".join(SYSTEMS), help=f"comma-separated, from {','.join(SYSTEMS)}")
+    parser.add_argument("--systems", default=",".join(s for s in SYSTEMS if s != "svd_ft_distill"),
+                        help=f"comma-separated, from {','.join(SYSTEMS)} (svd_ft_distill only when named)")
     parser.add_argument("--lr", type=float, default=1e-3, help="peak LR of the dense training (and of small)")
     parser.add_argument("--ft-lr", type=float, default=3e-4, help="peak LR of the compress runs")
     parser.add_argument("--epochs", type=int, default=8, help="validations of the dense training")
@@ -67,6 +70,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     unknown = sorted(set(args.systems.split(",")) - set(SYSTEMS))
     if unknown:
         parser.error(f"--systems: unknown {unknown}; choose from {','.join(SYSTEMS)}")
+    if "svd_ft_distill" in args.systems.split(",") and "distill" not in _options(args.comera):
+        parser.error("svd_ft_distill is the plain path with CoMERA's teacher: give it as --comera 'distill={...}'")
     return args
 
 
@@ -123,6 +128,11 @@ def compress_at(args: argparse.Namespace, spec: ModelSpec, data: Any, state: dic
     if "svd_ft" in systems:
         results["svd_ft"], modules["svd_ft"] = fit("svd_ft", spec, settings, data, lr=args.ft_lr, steps=extra,
                                                    start_from=copy.deepcopy(state), svd_ranks=ranks)
+    if "svd_ft_distill" in systems:
+        teacher = _options(args.comera)["distill"]
+        results["svd_ft_distill"], modules["svd_ft_distill"] = fit(
+            "svd_ft_distill", spec, settings, data, lr=args.ft_lr, steps=extra, start_from=copy.deepcopy(state),
+            transform=lambda model: (distilled_output_(model, teacher), svd_factors_(model, ranks)))
     results.update(plain_baselines(args, spec, data, state, ranks, systems, settings, extra, modules))
     if args.served:  # after every fit: the timings run with nothing else in the process
         from benchmarks.quality.served import served

@@ -194,7 +194,7 @@ PAGES = [
                      "`compress_dlrm_gate_lr_1e-3`: the same with slower gates (`gate_lr=1e-3`, tried); "
                      "`compress_dlrm_tt_tables`: the four-core TT-matrix tables of before (`embedding_num_cores=4`); "
                      "`compress_dlrm_distill`: the trained DLRM as teacher (`--callback 'distill={\"module\": \"model\"}'`, "
-                     "its click logit read as a Bernoulli's, 2026-11-30). "
+                     "its click logit read as a Bernoulli's, 2026-11-30), beside `svd_ft_distill`: the plain path given the same teacher. "
                      "At rank 1 two factors hold 2,975 + 3 × 16 parameters: 15.7× is as small as they get."),
              Section("The same with 10 % extra steps", seeded("compress_dlrm_extra10", {"": 2, "_distill": 2}),
                      f"{OURS}:dlrm_by_seed", "`python -m benchmarks.quality.compress_dlrm --extra 0.1 [--seed 1]`: 156 extra "

@@ -1,10 +1,11 @@
 """benchmarks/quality/baselines: activation-aware and Fisher-weighted SVD, magnitude pruning, on plain layers."""
 
+import pytest
 import torch
 from torch import nn
 
-from benchmarks.quality.baselines import (activation_scales, asvd_factors_, distilled_, fisher_scales, fwsvd_factors_,
-                                         kept_weights, magnitude_prune_, nonzero_parameters)
+from benchmarks.quality.baselines import (activation_scales, asvd_factors_, distilled_, distilled_output_, fisher_scales,
+                                         fwsvd_factors_, kept_weights, magnitude_prune_, nonzero_parameters)
 from benchmarks.quality.models import svd_factors_
 
 
@@ -84,3 +85,23 @@ def test_the_plain_path_with_a_teacher_distils_the_dense_model_it_was_factored_f
     student = model(batch[0])
     expected = nn.functional.kl_div(student.log_softmax(-1), dense.log_softmax(-1), log_target=True, reduction="batchmean")
     torch.testing.assert_close(model.training_step(batch, 0), expected)
+
+
+def test_a_hugging_face_models_loss_becomes_the_objective_with_its_trained_copy_as_teacher():
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                      num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=16)
+    model = transformers.LlamaForCausalLM(config)
+    ids = torch.randint(0, 32, (2, 8))
+    dense = model(input_ids=ids).logits.detach()
+    distilled_output_(model, {"module": "model", "weight": 0.5})  # the whole model teaches, whatever module CoMERA had
+    with torch.no_grad():
+        model.lm_head.weight.mul_(0.5)  # the student moves away from its teacher
+    out = model(input_ids=ids, labels=ids)
+    task = model.loss_function(out.logits, ids, vocab_size=32)
+    kl = nn.functional.kl_div(out.logits.reshape(-1, 32).log_softmax(-1), dense.reshape(-1, 32).log_softmax(-1),
+                              log_target=True, reduction="batchmean")
+    torch.testing.assert_close(out.loss, 0.5 * task + 0.5 * kl)
+    model.eval()
+    torch.testing.assert_close(model(input_ids=ids, labels=ids).loss, task, msg="evaluation keeps the task loss")
