@@ -149,7 +149,8 @@ PAGES = [
                      "LR 3e-4 and 1e-4 (`--ft-lr`; 1e-4 on seeds 0–3, each its own dense model); "
                      f"`_ft_lr_1e-4_dense_size_start`: {DENSE_SIZE_START}; `_ft_lr_1e-4_core_steps_auto_others_2`: "
                      f"{AUTO_OTHERS_2}; `_ft_lr_1e-4_rerun`: the 1e-4 runs {RERUN}; `_ft_lr_1e-4_rerun_distill`: CoMERA on "
-                     "those dense models with the trained classifier as teacher (`--callback 'distill={\"module\": \"\"}'`)."),
+                     "those dense models with the trained classifier as teacher (`--callback 'distill={\"module\": \"\"}'`), beside "
+                     "`svd_ft_distill`: the plain path given the same teacher."),
              Section("The same classifier with 10 % extra steps", ("compress_pairs_extra10.json", "compress_pairs_extra10_seed1.json"),
                      f"{OURS}:pairs_by_seed", "`python -m benchmarks.quality.compress_pairs --extra 0.1 [--seed 1]`: 98 "
                      "extra steps; the mean of seeds 0 and 1."),
@@ -164,7 +165,7 @@ PAGES = [
                      f"`core_step_scale=1` (tried); `_ft_lr_1e-4_dense_size_start`: {DENSE_SIZE_START}; "
                      f"`_ft_lr_1e-4_core_steps_auto_others_2`: {AUTO_OTHERS_2}; `_ft_lr_1e-4_rerun`: the 1e-4 runs {RERUN}; "
                      "`_ft_lr_1e-4_rerun_distill`: CoMERA on those dense models with the trained BERT as teacher "
-                     "(`--callback 'distill={\"module\": \"bert\"}'`)."),
+                     "(`--callback 'distill={\"module\": \"bert\"}'`), beside `svd_ft_distill`: the plain path given the same teacher."),
              Section("The same BERT with 10 % extra steps", ("compress_pairs_bert_extra10.json", "compress_pairs_bert_extra10_seed1.json"),
                      f"{OURS}:pairs_by_seed", "`python -m benchmarks.quality.compress_pairs --model bert --extra 0.1 "
                      "[--seed 1]`: 98 extra steps; the mean of seeds 0 and 1."),
