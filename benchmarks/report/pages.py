@@ -134,8 +134,8 @@ PAGES = [
              Section("The trained GPT-2 (width 64) with 10 % extra steps, seed 1", "compress_gpt2-64x4_extra10_seed1.json",
                      f"{OURS}:compress_runs"),
          ]),
-    Page("compression_trained", "Trained classifiers and tables compressed", "A trained classifier or recommender "
-         "compressed: how much accuracy (AUC) does each size keep, against the plain paths a user would write instead, "
+    Page("compression_trained", "Trained classifiers compressed", "A trained classifier or masked LM "
+         "compressed: how much accuracy does each size keep, against the plain paths a user would write instead, "
          "and how small and fast is it served?", [
              Section("A trained sentence-pair classifier compressed 8× and 32×", PAIRS, f"{OURS}:pairs_by_seed",
                      "`python -m benchmarks.quality.compress_pairs`, 25 % extra steps; the mean of seeds 0 and 1. "
@@ -188,6 +188,10 @@ PAGES = [
                      "(`--no-served`) after 2026-11-29's trained-start rule: the start at 2.0× smaller, was 2.5×; its seed 1 "
                      "(2026-11-30, `--systems comera,svd_ft,small --seed 1`) has its own split of the files: 1,073 dense "
                      "steps and 268 more, and its own small row."),
+         ]),
+    Page("compression_tables", "A trained DLRM's tables compressed", "A trained DLRM's embedding tables compressed: how "
+         "much AUC does each size keep, against the plain paths a user would write instead, and how small and fast is it "
+         "served?", [
              Section("A trained DLRM's tables (MovieLens-100K) compressed 4×, 8× and 32×", DLRM, f"{OURS}:dlrm_by_seed",
                      "`python -m benchmarks.quality.compress_dlrm`: the users', items' and zip codes' tables (2,975 of "
                      "3,028 rows, dim 16), 25 % extra steps; the mean of seeds 0 and 1. `compress_dlrm`: today's "
