@@ -111,13 +111,19 @@ PAGES = [
                      f"{OURS}:compress_runs"),
          ]),
     Page("compression_probes", "The trained Llama's 2× gap, probed", "Why does CoMERA trail plain SVD + fine-tuning "
-         "on a trained Llama compressed 2×? Each probe changed one thing, from the same trained weights.", [
+         "on a trained Llama compressed 2×, and does a teacher close it? Each probe changed one thing, from the same "
+         "trained weights.", [
              Section("The trained Llama (width 64), probes of the 2× gap (seed 0, LR 3e-3)",
                      "compress_llama-64x4_probes.json", f"{OURS}:compress_runs_with_curves",
                      "Each probe's command is in the file's note; some patched a constant or a function for the run (a "
                      "probe, not an option)."),
              Section("The same probes, seed 1 (its own dense model)", "compress_llama-64x4_probes_seed1.json",
                      f"{OURS}:compress_runs_with_curves"),
+             Section("The wider Llama (width 96) with the trained model as teacher, seed 0",
+                     "compress_llama-96x4_teacher.json", f"{OURS}:compress_runs",
+                     "Beside SVD + fine-tuning at its ranks, with and without the same teacher (2026-11-30)."),
+             Section("The same, seed 1 (its own dense model)", "compress_llama-96x4_teacher_seed1.json",
+                     f"{OURS}:compress_runs"),
          ]),
     Page("compression_budgets", "Trained language models at other budgets", "The trained Llama and GPT-2 of the "
          "compression pages given 10 % extra steps instead of 25 %, and compressed 8×: where does each path stand?", [
