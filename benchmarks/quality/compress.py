@@ -38,7 +38,7 @@ from benchmarks.probes import RESULTS, machine_basics, write_result
 from benchmarks.quality.baselines import distilled_output_
 from benchmarks.quality.models import ModelSpec, narrow_width, svd_factors_, svd_ranks_of
 from benchmarks.quality.runs import fit, print_result
-from benchmarks.quality.settings import RaceSettings, _options
+from benchmarks.quality.settings import RaceSettings, _options, check_teacher, default_systems
 from benchmarks.quality.weights_cache import add_run_arguments, apply_check, load_or_train
 
 SYSTEMS = ("comera", "svd", "svd_ft", "svd_ft_distill", "asvd_ft", "fwsvd_ft", "prune_ft", "dense_ft", "small")
@@ -53,7 +53,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--train-steps", type=int, default=1080, help="steps of the dense training")
     parser.add_argument("--extra", type=float, default=0.25, help="compress steps, as a fraction of --train-steps")
     parser.add_argument("--compressions", default="2,4", help="compressions of the tensorized layers, comma-separated")
-    parser.add_argument("--systems", default=",".join(s for s in SYSTEMS if s != "svd_ft_distill"),
+    parser.add_argument("--systems", default=default_systems(SYSTEMS),
                         help=f"comma-separated, from {','.join(SYSTEMS)} (svd_ft_distill only when named)")
     parser.add_argument("--lr", type=float, default=1e-3, help="peak LR of the dense training (and of small)")
     parser.add_argument("--ft-lr", type=float, default=3e-4, help="peak LR of the compress runs")
@@ -70,8 +70,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     unknown = sorted(set(args.systems.split(",")) - set(SYSTEMS))
     if unknown:
         parser.error(f"--systems: unknown {unknown}; choose from {','.join(SYSTEMS)}")
-    if "svd_ft_distill" in args.systems.split(",") and "distill" not in _options(args.comera):
-        parser.error("svd_ft_distill is the plain path with CoMERA's teacher: give it as --comera 'distill={...}'")
+    check_teacher(parser, args.systems.split(","), args.comera, "--comera")
     return args
 
 

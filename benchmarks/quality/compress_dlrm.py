@@ -49,7 +49,7 @@ from benchmarks.quality.compress_common import (
     run_systems,
 )
 from benchmarks.quality.served import served_program, without_masks
-from benchmarks.quality.settings import _options, systems_of
+from benchmarks.quality.settings import _options, check_teacher, default_systems, systems_of
 from benchmarks.quality.weights_cache import (
     add_run_arguments,
     apply_check,
@@ -102,7 +102,7 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--epochs", type=int, default=5, help="epochs of the dense training (313 steps each)")
     parser.add_argument("--extra", type=float, default=0.25, help="compress steps, as a fraction of the dense steps")
     parser.add_argument("--compressions", default="4,8,32", help="compressions of the tables, comma-separated")
-    parser.add_argument("--systems", default=",".join(s for s in SYSTEMS if s != "svd_ft_distill"),
+    parser.add_argument("--systems", default=default_systems(SYSTEMS),
                         help=f"comma-separated, from {','.join(SYSTEMS)} (svd_ft_distill only when named)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--callback", nargs="*", default=[], help="further ComeraCallback arguments, key=value (JSON "
@@ -113,8 +113,7 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
     args = parser.parse_args(argv)
     apply_check(args, CHECK, "compress_dlrm")
     systems = systems_of(parser, args.systems, SYSTEMS, NEEDS)
-    if "svd_ft_distill" in systems and "distill" not in _options(args.callback):
-        parser.error("svd_ft_distill is the plain path with CoMERA's teacher: give it as --callback 'distill={...}'")
+    check_teacher(parser, systems, args.callback, "--callback")
     return args, systems
 
 

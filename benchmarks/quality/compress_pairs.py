@@ -58,7 +58,7 @@ from benchmarks.quality.models import svd_factors_, svd_ranks_of
 from benchmarks.quality.code_models import CODE_MODELS
 from benchmarks.quality.pair_models import PAIR_MODELS, PairLogits, PairModel, pair_inputs
 from benchmarks.quality.served import served_program, without_masks
-from benchmarks.quality.settings import _options, systems_of
+from benchmarks.quality.settings import _options, check_teacher, default_systems, systems_of
 from benchmarks.quality.weights_cache import (
     add_run_arguments,
     apply_check,
@@ -81,7 +81,7 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--epochs", type=int, default=2, help="epochs of the dense training (492 steps each: 984 steps)")
     parser.add_argument("--extra", type=float, default=0.25, help="compress steps, as a fraction of the dense steps")
     parser.add_argument("--compressions", default="8,32", help="compressions of the tensorized layers, comma-separated")
-    parser.add_argument("--systems", default=",".join(s for s in SYSTEMS if s != "svd_ft_distill"),
+    parser.add_argument("--systems", default=default_systems(SYSTEMS),
                         help=f"comma-separated, from {','.join(SYSTEMS)} (svd_ft_distill only when named)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--comera", nargs="*", default=[], help="BudgetConfig fields of comera and fixed, key=value")
@@ -99,8 +99,7 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
     unknown = sorted(set(_options(args.comera)) - set(BudgetConfig.option_names()))
     if unknown:
         parser.error(f"--comera: unknown {unknown}; BudgetConfig fields are {BudgetConfig.option_names()}")
-    if "svd_ft_distill" in systems and "distill" not in _options(args.callback):
-        parser.error("svd_ft_distill is the plain path with CoMERA's teacher: give it as --callback 'distill={...}'")
+    check_teacher(parser, systems, args.callback, "--callback")
     return args, systems
 
 

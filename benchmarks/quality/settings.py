@@ -140,6 +140,21 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+#: The plain path given CoMERA's teacher: in a compress benchmark only when named, and then with a teacher given.
+PLAIN_WITH_TEACHER = "svd_ft_distill"
+
+
+def default_systems(known: tuple[str, ...]) -> str:
+    """``--systems``' default: every system but ``PLAIN_WITH_TEACHER`` (it needs a teacher the defaults lack)."""
+    return ",".join(s for s in known if s != PLAIN_WITH_TEACHER)
+
+
+def check_teacher(parser: argparse.ArgumentParser, systems: list[str], options: list[str], flag: str) -> None:
+    """A parser error when ``PLAIN_WITH_TEACHER`` is asked for and the ``flag`` options give CoMERA no teacher."""
+    if PLAIN_WITH_TEACHER in systems and "distill" not in _options(options):
+        parser.error(f"{PLAIN_WITH_TEACHER} is the plain path with CoMERA's teacher: give it as {flag} 'distill={{...}}'")
+
+
 def systems_of(parser: argparse.ArgumentParser, text: str, known: tuple[str, ...] = SYSTEMS,
                needs: dict[str, tuple[str, ...]] = NEEDS) -> list[str]:
     """The systems of a comma-separated ``--systems``; a parser error for an unknown one or one whose baseline is missing."""

@@ -44,3 +44,10 @@ def test_every_system_compresses_the_same_tables_from_the_trained_weights(tmp_pa
     assert runs["small"]["embedding_dim"] < compress_dlrm.MODEL["embedding_dim"] and runs["small"]["steps"] == 5
     assert "--out" not in result["command"] and "--cache" not in result["command"]
     assert "| 8× |" in compress_dlrm.table(result)
+
+
+def test_the_plain_path_with_a_teacher_is_run_only_when_named_and_given_one(capsys):
+    with pytest.raises(SystemExit):
+        compress_dlrm.main(["--check", "--systems", "comera,svd_ft_distill"])
+    assert "give it as --callback 'distill={...}'" in capsys.readouterr().err
+    assert "svd_ft_distill" not in compress_dlrm.parse_args(["--check"])[1], "not among the defaults"
