@@ -128,10 +128,13 @@ def compress_at(args: argparse.Namespace, spec: ModelSpec, data: Any, state: dic
         results["svd_ft"], modules["svd_ft"] = fit("svd_ft", spec, settings, data, lr=args.ft_lr, steps=extra,
                                                    start_from=copy.deepcopy(state), svd_ranks=ranks)
     if "svd_ft_distill" in systems:
-        teacher = _options(args.comera)["distill"]
+        def taught_then_factored(model: Any) -> None:  # the teacher copies the dense model before it is factored
+            distilled_output_(model, _options(args.comera)["distill"])
+            svd_factors_(model, ranks)
+
         results["svd_ft_distill"], modules["svd_ft_distill"] = fit(
             "svd_ft_distill", spec, settings, data, lr=args.ft_lr, steps=extra, start_from=copy.deepcopy(state),
-            transform=lambda model: (distilled_output_(model, teacher), svd_factors_(model, ranks)))
+            transform=taught_then_factored)
     results.update(plain_baselines(args, spec, data, state, ranks, systems, settings, extra, modules))
     if args.served:  # after every fit: the timings run with nothing else in the process
         from benchmarks.quality.served import served

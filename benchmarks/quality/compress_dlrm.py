@@ -139,13 +139,16 @@ def table_parameters(model: DLRMClassifier) -> int:
 
 def fit(system: str, data: MovieLensClicksDataModule, args: argparse.Namespace, steps: int, *,
         state: dict[str, Any] | None = None, transform: Any = None, compression: float | None = None,
-        embedding_dim: int = MODEL["embedding_dim"]) -> tuple[dict[str, Any], DLRMClassifier]:
-    """One system: a fresh model (``state`` loaded, then ``transform``), trained ``steps`` (CoMERA when
-    ``compression``), tested; its test AUC and loss, table parameters, and the model."""
+        embedding_dim: int = MODEL["embedding_dim"], distill: dict[str, Any] | None = None
+        ) -> tuple[dict[str, Any], DLRMClassifier]:
+    """One system: a fresh model (``state`` loaded, its copy the teacher with ``distill``, then ``transform``), trained
+    ``steps`` (CoMERA when ``compression``), tested; its test AUC and loss, table parameters, and the model."""
     L.seed_everything(args.seed, verbose=False)
     model = _model(data, embedding_dim)
     if state is not None:
         model.load_state_dict(copy.deepcopy(state))
+    if distill is not None:
+        distilled_(model, distill)
     if transform is not None:
         transform(model)
     callbacks = []
@@ -166,11 +169,8 @@ def fit(system: str, data: MovieLensClicksDataModule, args: argparse.Namespace, 
     return result, model
 
 
-def low_rank_(model: DLRMClassifier, sizes: dict[str, int], teacher: dict[str, Any] | None = None) -> dict[str, int]:
-    """Each compressed table replaced by SVD factors holding about ``sizes[name]`` parameters (the dense model first
-    made the teacher, given ``teacher``: a ``DistillConfig``'s fields); returns the ranks."""
-    if teacher is not None:
-        distilled_(model, teacher)
+def low_rank_(model: DLRMClassifier, sizes: dict[str, int]) -> dict[str, int]:
+    """Each compressed table replaced by SVD factors holding about ``sizes[name]`` parameters; returns the ranks."""
     bags = model.get_submodule(COLLECTION).embedding_bags
     ranks = {}
     for name, size in sizes.items():
@@ -189,8 +189,8 @@ def compress_at(data: MovieLensClicksDataModule, args: argparse.Namespace, syste
     for system in [s for s in ("svd_ft", "svd_ft_distill") if s in systems]:
         ranks: dict[str, int] = {}
         teacher = _options(args.callback)["distill"] if system == "svd_ft_distill" else None
-        results[system], _ = fit(system, data, args, extra, state=state,
-                                 transform=lambda m: ranks.update(low_rank_(m, sizes, teacher)))
+        results[system], _ = fit(system, data, args, extra, state=state, distill=teacher,
+                                 transform=lambda m: ranks.update(low_rank_(m, sizes)))
         results[system]["ranks"] = ranks
     if "prune_ft" in systems:
         names = [f"{COLLECTION}.embedding_bags.{name}" for name in sizes]
