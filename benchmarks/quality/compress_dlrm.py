@@ -1,6 +1,7 @@
 r"""Compressing a trained DLRM's embedding tables (MovieLens-100K clicks): CoMERA against the plain paths (issue #52).
 
-The package's ``DLRMClassifier`` (TorchRec's DLRM) as ``configs/dlrm_tiny.yaml`` trains it — embedding dim 16, AdamW
+The package's ``DLRMClassifier`` (TorchRec's DLRM) as ``configs/dlrm_tiny.yaml`` trains it — embedding dim 16
+(``--embedding-dim``: 64 is a Criteo DLRM's width), AdamW
 1e-3, weight decay 1.0 on tables and MLPs, none on TT cores, batch 256, a seeded random 80/10/10 split of the ratings
 (click = rating ≥ 4) — trained dense ``--epochs``; then, from those weights, each system trains ``--extra`` times the
 dense steps more, in one process, same data and seed. The tables compressed are those of at least ``MIN_ROWS`` rows
@@ -21,6 +22,7 @@ dense steps more, in one process, same data and seed. The tables compressed are 
 Reported: test AUC and log loss of the final weights, and the compressed tables' parameters (nonzeros when pruned).
 
     python -m benchmarks.quality.compress_dlrm [--compressions 4,8,32] [--epochs 5] [--extra 0.25] [--out PATH]
+    python -m benchmarks.quality.compress_dlrm --embedding-dim 64 --epochs 3 --compressions 4,8,32,64   # wide tables
     python -m benchmarks.quality.compress_dlrm --check     # a few batches: the pipeline runs
     python -m benchmarks.quality.compress_dlrm --no-served    # skip exporting each model (default: file bytes, batch-1/32 ms)
 """
@@ -105,6 +107,8 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--systems", default=default_systems(SYSTEMS),
                         help=f"comma-separated, from {','.join(SYSTEMS)} (svd_ft_distill only when named)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--embedding-dim", type=int, default=MODEL["embedding_dim"],
+                        help="the DLRM's embedding dim (16: configs/dlrm_tiny.yaml's; DLRMs on Criteo use 64-128)")
     parser.add_argument("--callback", nargs="*", default=[], help="further ComeraCallback arguments, key=value (JSON "
                         "values), e.g. core_step_scale=1")
     parser.add_argument("--tensorize", nargs="*", default=[], help="further TensorizeConfig fields, key=value (JSON values)")
@@ -117,8 +121,13 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
     return args, systems
 
 
-def _model(data: MovieLensClicksDataModule, embedding_dim: int = MODEL["embedding_dim"]) -> DLRMClassifier:
-    shape = {**MODEL, "embedding_dim": embedding_dim, "dense_arch_layer_sizes": [64, embedding_dim]}
+def model_settings(embedding_dim: int) -> dict[str, Any]:
+    """``MODEL`` at another embedding dim (the dense arch's last layer matches it)."""
+    return {**MODEL, "embedding_dim": embedding_dim, "dense_arch_layer_sizes": [64, embedding_dim]}
+
+
+def _model(data: MovieLensClicksDataModule, embedding_dim: int) -> DLRMClassifier:
+    shape = model_settings(embedding_dim)
     return DLRMClassifier(table_sizes=data.table_sizes, num_dense=data.num_dense, feature_names=data.feature_names,
                           optimizer=lambda groups: torch.optim.AdamW(groups, lr=MODEL["lr_other"], weight_decay=0.0), **shape)
 
@@ -139,11 +148,13 @@ def table_parameters(model: DLRMClassifier) -> int:
 
 def fit(system: str, data: MovieLensClicksDataModule, args: argparse.Namespace, steps: int, *,
         state: dict[str, Any] | None = None, transform: Any = None, compression: float | None = None,
-        embedding_dim: int = MODEL["embedding_dim"], distill: dict[str, Any] | None = None
+        embedding_dim: int | None = None, distill: dict[str, Any] | None = None
         ) -> tuple[dict[str, Any], DLRMClassifier]:
     """One system: a fresh model (``state`` loaded, its copy the teacher with ``distill``, then ``transform``), trained
-    ``steps`` (CoMERA when ``compression``), tested; its test AUC and loss, table parameters, and the model."""
+    ``steps`` (CoMERA when ``compression``), tested; its test AUC and loss, table parameters, and the model. The
+    embedding dim is ``--embedding-dim``'s unless given."""
     L.seed_everything(args.seed, verbose=False)
+    embedding_dim = embedding_dim or args.embedding_dim
     model = _model(data, embedding_dim)
     if state is not None:
         model.load_state_dict(copy.deepcopy(state))
@@ -197,7 +208,7 @@ def compress_at(data: MovieLensClicksDataModule, args: argparse.Namespace, syste
         results["prune_ft"], _ = fit("prune_ft", data, args, extra, state=state,
                                      transform=lambda m: magnitude_prune_(m, names, comera["table_parameters"]))
     if "small" in systems:
-        rows = sum(table.num_embeddings for table in compressed_tables(_model(data)).values())
+        rows = sum(table.num_embeddings for table in compressed_tables(_model(data, args.embedding_dim)).values())
         dim = max(1, round(comera["table_parameters"] / rows))
         results["small"], _ = fit("small", data, args, steps + extra, embedding_dim=dim)
     return results
@@ -205,7 +216,7 @@ def compress_at(data: MovieLensClicksDataModule, args: argparse.Namespace, syste
 
 def trained_dense(data: MovieLensClicksDataModule, args: argparse.Namespace, steps: int) -> tuple[dict[str, Any], dict[str, Any]]:
     """The dense model trained ``steps`` (from the cache when it holds this very run): (weights, result)."""
-    settings = json.dumps({"model": MODEL, "data": DATA, "steps": steps, "limit": args.limit_batches}, sort_keys=True)
+    settings = json.dumps({"model": model_settings(args.embedding_dim), "data": DATA, "steps": steps, "limit": args.limit_batches}, sort_keys=True)
     key = f"dlrm_s{steps}_seed{args.seed}_{hashlib.sha1(settings.encode()).hexdigest()[:10]}"
     state, result, cached = load_or_train(args.cache / f"{key}.pt", lambda: fit("dense", data, args, steps))
     return state, {**result, "cached": True} if cached else result
@@ -226,9 +237,9 @@ def served_dlrm(model: DLRMClassifier, data: MovieLensClicksDataModule) -> dict[
     return served_program(model, lambda size: (dense[:size], ids[:size]))
 
 
-def served_dense(state: dict[str, Any], data: MovieLensClicksDataModule) -> dict[str, Any]:
+def served_dense(state: dict[str, Any], data: MovieLensClicksDataModule, embedding_dim: int) -> dict[str, Any]:
     """``served_dlrm`` of the dense model holding ``state``."""
-    model = _model(data)
+    model = _model(data, embedding_dim)
     model.load_state_dict(state)
     return served_dlrm(model, data)
 
@@ -245,13 +256,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     extra = max(1, round(args.extra * steps))
     out: dict[str, Any] = {
         "benchmark": "compress_dlrm", "command": recorded_command("benchmarks.quality.compress_dlrm", argv),
-        "date": datetime.date.today().isoformat(), "machine": machine_basics(), "model": MODEL, "data": DATA,
+        "date": datetime.date.today().isoformat(), "machine": machine_basics(), "model": model_settings(args.embedding_dim), "data": DATA,
         "min_rows": MIN_ROWS, "args": {k: v for k, v in vars(args).items() if k not in ("cache", "out")},
         "systems": systems, "dense_steps": steps, "extra_steps": extra}
     return run_systems(out, args, systems, lambda: trained_dense(data, args, steps),
                        lambda system, extra, state: fit(system, data, args, extra, state=state),
                        lambda state, c: compress_at(data, args, systems, state, c, steps, extra), table, "compress_dlrm.json",
-                       (lambda state: served_dense(state, data)) if args.served else None)
+                       (lambda state: served_dense(state, data, args.embedding_dim)) if args.served else None)
 
 
 def _cell(run: dict[str, Any], dense: dict[str, Any]) -> str:

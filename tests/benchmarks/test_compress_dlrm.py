@@ -51,3 +51,17 @@ def test_the_plain_path_with_a_teacher_is_run_only_when_named_and_given_one(caps
         compress_dlrm.main(["--check", "--systems", "comera,svd_ft_distill"])
     assert "give it as --callback 'distill={...}'" in capsys.readouterr().err
     assert "svd_ft_distill" not in compress_dlrm.parse_args(["--check"])[1], "not among the defaults"
+
+
+def test_a_wider_dlrm_is_trained_and_compressed_at_its_own_width(tmp_path):
+    result = compress_dlrm.main(["--check", "--no-served", "--embedding-dim", "32", "--systems", "comera,svd_ft,small",
+                                 "--cache", str(tmp_path / "cache"), "--out", str(tmp_path / "dlrm.json")])
+    assert result["model"]["embedding_dim"] == 32 and result["model"]["dense_arch_layer_sizes"] == [64, 32]
+    assert result["dense"]["embedding_dim"] == 32 and result["dense"]["table_parameters"] == 2 * 47_600
+    runs = result["by_compression"]["8"]
+    assert runs["comera"]["embedding_dim"] == runs["svd_ft"]["embedding_dim"] == 32
+    assert runs["small"]["embedding_dim"] < 32, "a narrower model holding about CoMERA's table size"
+    assert max(runs["svd_ft"]["ranks"].values()) > 1, "at 8x a 32-wide table keeps more than rank 1"
+    narrow = compress_dlrm.main(["--check", "--no-served", "--systems", "comera", "--cache", str(tmp_path / "cache"),
+                                 "--out", str(tmp_path / "d16.json")])
+    assert narrow["dense"]["embedding_dim"] == 16 and len(list((tmp_path / "cache").iterdir())) == 2, "each width its own"
