@@ -1,11 +1,10 @@
 r"""Compressing a trained DLRM's embedding tables (MovieLens-100K clicks): CoMERA against the plain paths (issue #52).
 
 The package's ``DLRMClassifier`` (TorchRec's DLRM) as ``configs/dlrm_tiny.yaml`` trains it — embedding dim 16
-(``--embedding-dim``: 64 is a Criteo DLRM's width), AdamW
-1e-3, weight decay 1.0 on tables and MLPs, none on TT cores, batch 256, a seeded random 80/10/10 split of the ratings
-(click = rating ≥ 4) — trained dense ``--epochs``; then, from those weights, each system trains ``--extra`` times the
-dense steps more, in one process, same data and seed. The tables compressed are those of at least ``MIN_ROWS`` rows
-(users, items, zip codes: 2,975 of the 3,028 rows):
+(``--embedding-dim``: 64 is a Criteo DLRM's width), AdamW 1e-3, weight decay 1.0 on tables and MLPs, none on TT
+cores, batch 256, a seeded random 80/10/10 split of the ratings (click = rating ≥ 4) — trained dense ``--epochs``;
+then, from those weights, each system trains ``--extra`` times the dense steps more, in one process, same data and
+seed. The tables compressed are those of at least ``MIN_ROWS`` rows (users, items, zip codes: 2,975 of the 3,028 rows):
 
 * ``comera``: ``ComeraCallback(tensorize=TensorizeConfig(init="svd", target_modules=[the collection]),
   budget=BudgetConfig(compression=C))`` (``--callback key=value``: further ComeraCallback arguments);
@@ -216,7 +215,8 @@ def compress_at(data: MovieLensClicksDataModule, args: argparse.Namespace, syste
 
 def trained_dense(data: MovieLensClicksDataModule, args: argparse.Namespace, steps: int) -> tuple[dict[str, Any], dict[str, Any]]:
     """The dense model trained ``steps`` (from the cache when it holds this very run): (weights, result)."""
-    settings = json.dumps({"model": model_settings(args.embedding_dim), "data": DATA, "steps": steps, "limit": args.limit_batches}, sort_keys=True)
+    settings = json.dumps({"model": model_settings(args.embedding_dim), "data": DATA, "steps": steps,
+                           "limit": args.limit_batches}, sort_keys=True)
     key = f"dlrm_s{steps}_seed{args.seed}_{hashlib.sha1(settings.encode()).hexdigest()[:10]}"
     state, result, cached = load_or_train(args.cache / f"{key}.pt", lambda: fit("dense", data, args, steps))
     return state, {**result, "cached": True} if cached else result
@@ -256,8 +256,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     extra = max(1, round(args.extra * steps))
     out: dict[str, Any] = {
         "benchmark": "compress_dlrm", "command": recorded_command("benchmarks.quality.compress_dlrm", argv),
-        "date": datetime.date.today().isoformat(), "machine": machine_basics(), "model": model_settings(args.embedding_dim), "data": DATA,
-        "min_rows": MIN_ROWS, "args": {k: v for k, v in vars(args).items() if k not in ("cache", "out")},
+        "date": datetime.date.today().isoformat(), "machine": machine_basics(),
+        "model": model_settings(args.embedding_dim), "data": DATA, "min_rows": MIN_ROWS, "args": {k: v for k, v in vars(args).items() if k not in ("cache", "out")},
         "systems": systems, "dense_steps": steps, "extra_steps": extra}
     return run_systems(out, args, systems, lambda: trained_dense(data, args, steps),
                        lambda system, extra, state: fit(system, data, args, extra, state=state),
