@@ -110,6 +110,17 @@ PAGES = [
              Section("The same GPT-2, seed 1 (its own dense model), at LR 3e-3", "compress_gpt2-64x4_seed1.json",
                      f"{OURS}:compress_runs"),
          ]),
+    Page("compression_byte", "The issue's byte Llama compressed", "The byte-level Llama of issue #52's own measurement, "
+         "trained dense then compressed 2× and 4×: how much loss does each size cost, against the plain paths a user would "
+         "write instead?", [
+             Section("A trained byte Llama (width 64) compressed 2× and 4×", "compress_byte_llama-64x4.json",
+                     f"{OURS}:compress_runs",
+                     "`python -m benchmarks.quality.compress --vocab-size 261 --ft-lr 3e-3` (2026-11-30): the Llama of "
+                     "[Compress a trained model](../COMPRESS.md) on bytes of Python source (256 byte tokens and 5 "
+                     "specials), trained dense 1,080 steps of 32 × 128 bytes, then 268 more (25 %); seed 0; `small`: a narrower "
+                     "dense model from scratch for all 1,344 steps."),
+             Section("The same, seed 1 (its own dense model)", "compress_byte_llama-64x4_seed1.json", f"{OURS}:compress_runs"),
+         ]),
     Page("compression_probes", "The trained Llama's 2× gap, probed", "Why does CoMERA trail plain SVD + fine-tuning "
          "on a trained Llama compressed 2×, and does a teacher close it? Each probe changed one thing, from the same "
          "trained weights.", [
