@@ -49,9 +49,10 @@ PAIRS = seeded("compress_pairs", {"": 2, "_trained_schedule": 2, "_held_gates": 
                                   "_ft_lr_1e-4_rerun": 4, "_ft_lr_1e-4_rerun_distill": 4})
 BERT = seeded("compress_pairs_bert", {"": 2, "_ft_lr_3e-4": 2, "_ft_lr_1e-4": 4, "_ft_lr_1e-4_dense_size_start": 4,
                                       "_ft_lr_1e-4_core_steps_auto_others_2": 4, "_tt_tables": 2, "_core_steps_1": 2,
-                                      "_ft_lr_1e-4_rerun": 4, "_ft_lr_1e-4_rerun_distill": 4})
+                                      "_ft_lr_1e-4_rerun": 8, "_ft_lr_1e-4_rerun_distill": 8})
 RERUN = ("rerun on 2026-11-30 on a fresh host, whose WordPiece vocabulary was trained anew: `tokenizers` does not "
-         "reproduce one from run to run (huggingface/tokenizers#1794), so its dense models are new ones")
+         "reproduce one from run to run (huggingface/tokenizers#1794), so its dense models are new ones (seeds 4–7 of "
+         "the BERT's added the same day on the same host and vocabulary)")
 DENSE_SIZE_START = ("the start at the dense size at every budget, a probe not kept (`comera_lightning.schedule.config."
                     "START_FACTOR = 100` set before `main()`, 2026-11-30; today's start is twice the size asked)")
 AUTO_OTHERS_2 = ("the default core steps (\"auto\": the token table's cores 12x) with every other TT layer's cores "
@@ -120,6 +121,11 @@ PAGES = [
                      "specials), trained dense 1,080 steps of 32 × 128 bytes, then 268 more (25 %); seed 0; `small`: a narrower "
                      "dense model from scratch for all 1,344 steps."),
              Section("The same, seed 1 (its own dense model)", "compress_byte_llama-64x4_seed1.json", f"{OURS}:compress_runs"),
+             Section("A wider byte Llama (width 96) compressed 2× and 4×", "compress_byte_llama-96x4.json",
+                     f"{OURS}:compress_runs", "`python -m benchmarks.quality.compress --model llama:96:4 --vocab-size 261 "
+                     "--ft-lr 3e-3` (2026-11-30): 493,344 parameters, the same data and steps; seed 0."),
+             Section("The wider byte Llama, seed 1 (its own dense model)", "compress_byte_llama-96x4_seed1.json",
+                     f"{OURS}:compress_runs"),
          ]),
     Page("compression_probes", "The trained Llama's 2× gap, probed", "Why does CoMERA trail plain SVD + fine-tuning "
          "on a trained Llama compressed 2×, and does a teacher close it? Each probe changed one thing, from the same "
