@@ -121,6 +121,11 @@ PAGES = [
                      "specials), trained dense 1,080 steps of 32 × 128 bytes, then 268 more (25 %); seed 0; `small`: a narrower "
                      "dense model from scratch for all 1,344 steps."),
              Section("The same, seed 1 (its own dense model)", "compress_byte_llama-64x4_seed1.json", f"{OURS}:compress_runs"),
+             Section("The byte Llama (width 64) with 10 % extra steps", "compress_byte_llama-64x4_extra10.json",
+                     f"{OURS}:compress_runs",
+                     "`python -m benchmarks.quality.compress --vocab-size 261 --ft-lr 3e-3 --extra 0.1`: 108 extra steps; seed 0."),
+             Section("The same with 10 % extra steps, seed 1", "compress_byte_llama-64x4_extra10_seed1.json",
+                     f"{OURS}:compress_runs"),
              Section("A wider byte Llama (width 96) compressed 2× and 4×", "compress_byte_llama-96x4.json",
                      f"{OURS}:compress_runs", "`python -m benchmarks.quality.compress --model llama:96:4 --vocab-size 261 "
                      "--ft-lr 3e-3` (2026-11-30): 493,344 parameters, the same data and steps; seed 0."),
