@@ -114,6 +114,8 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--limit-batches", type=int, default=None, help="batches per epoch and per evaluation (a smoke run)")
     add_run_arguments(parser, "compress_dlrm.json", "a few batches of each run: the pipeline runs")
     args = parser.parse_args(argv)
+    if args.embedding_dim < 1:
+        parser.error(f"--embedding-dim must be a positive width, got {args.embedding_dim} (16: configs/dlrm_tiny.yaml's)")
     apply_check(args, CHECK, "compress_dlrm")
     systems = systems_of(parser, args.systems, SYSTEMS, NEEDS)
     check_teacher(parser, systems, args.callback, "--callback")

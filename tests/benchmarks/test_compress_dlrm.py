@@ -53,6 +53,12 @@ def test_the_plain_path_with_a_teacher_is_run_only_when_named_and_given_one(caps
     assert "svd_ft_distill" not in compress_dlrm.parse_args(["--check"])[1], "not among the defaults"
 
 
+def test_a_width_that_is_not_positive_is_refused_by_name(capsys):
+    with pytest.raises(SystemExit):
+        compress_dlrm.parse_args(["--check", "--embedding-dim", "0"])
+    assert "--embedding-dim must be a positive width, got 0" in capsys.readouterr().err
+
+
 def test_a_wider_dlrm_is_trained_and_compressed_at_its_own_width(tmp_path):
     result = compress_dlrm.main(["--check", "--no-served", "--embedding-dim", "32", "--systems", "comera,svd_ft,small",
                                  "--cache", str(tmp_path / "cache"), "--out", str(tmp_path / "dlrm.json")])
