@@ -209,7 +209,7 @@ def compress_at(data: MovieLensClicksDataModule, args: argparse.Namespace, syste
         results["prune_ft"], _ = fit("prune_ft", data, args, extra, state=state,
                                      transform=lambda m: magnitude_prune_(m, names, comera["table_parameters"]))
     if "small" in systems:
-        rows = sum(table.num_embeddings for table in compressed_tables(_model(data, args.embedding_dim)).values())
+        rows = sum(size for size in data.table_sizes if size >= MIN_ROWS)  # the compressed tables' rows
         dim = max(1, round(comera["table_parameters"] / rows))
         results["small"], _ = fit("small", data, args, steps + extra, embedding_dim=dim)
     return results

@@ -108,9 +108,8 @@ def fit(system: str, data: L.LightningDataModule, args: argparse.Namespace, step
         d_model: int | None = None, transform: Any = None, distill: dict[str, Any] | None = None
         ) -> tuple[dict[str, Any], L.LightningModule]:
     """One system: a fresh model (``state`` loaded, its copy the teacher with ``distill``, then ``ranks`` as SVD
-    factors, then ``transform``), trained
-    ``steps`` (0: not trained, only evaluated), with CoMERA when ``budget`` is given; its validation loss and test
-    accuracy, and the model."""
+    factors, then ``transform``), trained ``steps`` (0: not trained, only evaluated), with CoMERA when ``budget`` is
+    given; its validation loss and test accuracy, and the model."""
     L.seed_everything(args.seed, verbose=False)
     kind = MODELS[args.model]
     d_model = d_model or kind.width
