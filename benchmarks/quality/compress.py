@@ -9,6 +9,8 @@ A causal LM (``ModelSpec``, default a Llama of width 64 and 4 blocks on the code
 * ``svd``: every layer CoMERA tensorized replaced by its truncated SVD as plain factors at the rank CoMERA ended with
   (the same parameters per layer), not trained;
 * ``svd_ft``: the same, fine-tuned the same extra steps (the plain path: SVD + fine-tuning);
+* ``svd_ft_uniform``: SVD + fine-tuning with one rank for every layer CoMERA tensorized, their factors holding
+  about CoMERA's parameters in them (``uniform_ranks_of``): the plain path as a user writes it by hand;
 * ``svd_ft_distill``: that with the trained model as teacher, as CoMERA's ``--comera 'distill={...}'`` (required);
 * ``asvd_ft``: the same with activation-aware SVD (each input feature weighted by its mean |activation|^0.5 on 8
   training batches, ASVD), fine-tuned;
@@ -36,12 +38,12 @@ from typing import Any
 
 from benchmarks.probes import RESULTS, machine_basics, write_result
 from benchmarks.quality.baselines import distilled_output_
-from benchmarks.quality.models import ModelSpec, narrow_width, svd_factors_, svd_ranks_of
+from benchmarks.quality.models import ModelSpec, narrow_width, svd_factors_, svd_ranks_of, uniform_ranks_of
 from benchmarks.quality.runs import fit, print_result
 from benchmarks.quality.settings import RaceSettings, _options, check_teacher, default_systems
 from benchmarks.quality.weights_cache import add_run_arguments, apply_check, load_or_train
 
-SYSTEMS = ("comera", "svd", "svd_ft", "svd_ft_distill", "asvd_ft", "fwsvd_ft", "prune_ft", "dense_ft", "small")
+SYSTEMS = ("comera", "svd", "svd_ft", "svd_ft_uniform", "svd_ft_distill", "asvd_ft", "fwsvd_ft", "prune_ft", "dense_ft", "small")
 CALIBRATION_BATCHES = 8
 CHECK = {"model": "llama:32:1", "train_steps": 16, "epochs": 2, "batch_size": 4, "block_size": 32, "vocab_size": 300,
          "max_bytes": 300_000, "val_batches": 2, "ft_epochs": 2}
@@ -127,6 +129,11 @@ def compress_at(args: argparse.Namespace, spec: ModelSpec, data: Any, state: dic
     if "svd_ft" in systems:
         results["svd_ft"], modules["svd_ft"] = fit("svd_ft", spec, settings, data, lr=args.ft_lr, steps=extra,
                                                    start_from=copy.deepcopy(state), svd_ranks=ranks)
+    if "svd_ft_uniform" in systems:
+        uniform = uniform_ranks_of(module.model)
+        results["svd_ft_uniform"], modules["svd_ft_uniform"] = fit(
+            "svd_ft_uniform", spec, settings, data, lr=args.ft_lr, steps=extra, start_from=copy.deepcopy(state), svd_ranks=uniform)
+        results["svd_ft_uniform"]["rank"] = next(iter(uniform.values()))
     if "svd_ft_distill" in systems:
         def taught_then_factored(model: Any) -> None:  # the teacher copies the dense model before it is factored
             distilled_output_(model, _options(args.comera)["distill"])

@@ -175,14 +175,27 @@ def svd_factors_(model: nn.Module, ranks: dict[str, int]) -> None:
 
 def svd_ranks_of(model: nn.Module) -> dict[str, int]:
     """Each tensorized layer of ``model``: the rank of plain factors holding the parameters its cores hold now."""
+    return {name: max(1, round(cores / sides)) for name, (cores, sides) in _tt_sizes(model).items()}
+
+
+def uniform_ranks_of(model: nn.Module) -> dict[str, int]:
+    """One rank for every tensorized layer of ``model``, the plain factors of them all holding about the parameters
+    their cores hold now: SVD + fine-tuning as a user writes it by hand, at CoMERA's total size."""
+    sizes = _tt_sizes(model)
+    rank = max(1, round(sum(cores for cores, _ in sizes.values()) / max(1, sum(sides for _, sides in sizes.values()))))
+    return dict.fromkeys(sizes, rank)
+
+
+def _tt_sizes(model: nn.Module) -> dict[str, tuple[int, int]]:
+    """Each tensorized layer's (parameters in its cores, rows + columns of the weight it stands for)."""
     from comera_lightning.rank import tt_layers
 
-    ranks = {}
+    sizes = {}
     for name, layer in tt_layers(model):
         rows, cols = (layer.num_embeddings, layer.embedding_dim) if hasattr(layer, "num_embeddings") else (
             layer.in_features, layer.out_features)
-        ranks[name] = max(1, round(sum(core.numel() for core in layer.cores) / (rows + cols)))
-    return ranks
+        sizes[name] = (sum(core.numel() for core in layer.cores), rows + cols)
+    return sizes
 
 
 def low_rank_(model: nn.Module, names: list[str], budget: int) -> int:

@@ -105,3 +105,19 @@ def test_a_hugging_face_models_loss_becomes_the_objective_with_its_trained_copy_
     torch.testing.assert_close(out.loss, 0.5 * task + 0.5 * kl)
     model.eval()
     torch.testing.assert_close(model(input_ids=ids, labels=ids).loss, task, msg="evaluation keeps the task loss")
+
+
+def test_the_uniform_plain_path_gives_every_layer_one_rank_at_the_tensorized_layers_total_size():
+    from comera_lightning import TensorizeConfig
+    from comera_lightning.rank import tt_layers
+    from comera_lightning.tensorize import tensorize
+
+    from benchmarks.quality.models import svd_ranks_of, uniform_ranks_of
+
+    net = Net()
+    tensorize(net, TensorizeConfig(target_modules=["first", "second"], layer_config={"first": {"max_rank": 6}, "second": {"max_rank": 2}},
+                                   min_compression=1.0))
+    per_layer, uniform = svd_ranks_of(net), uniform_ranks_of(net)
+    assert per_layer == {"first": 6, "second": 2} and uniform == {"first": 4, "second": 4}
+    cores = sum(core.numel() for _, layer in tt_layers(net) for core in layer.cores)
+    assert abs(4 * (16 + 32 + 32 + 8) - cores) <= (16 + 32 + 32 + 8) / 2, "the same total, to one rank"

@@ -13,12 +13,16 @@ def test_every_system_starts_from_the_trained_weights_and_the_plain_path_gets_co
     result = compress.main(["--check", "--compressions", "4", "--no-served", "--cache", str(cache), "--out", str(out)])
     assert json.loads(out.read_text()) == result and "cache" not in result["args"] and "out" not in result["args"]
     runs = result["by_compression"]["4"]
-    assert set(runs) == {"comera", "svd", "svd_ft", "asvd_ft", "fwsvd_ft", "prune_ft", "small"} and result["dense_ft"]["steps"] == 4
+    assert set(runs) == {"comera", "svd", "svd_ft", "svd_ft_uniform", "asvd_ft", "fwsvd_ft", "prune_ft", "small"}
+    assert result["dense_ft"]["steps"] == 4
     factored = {runs[s]["parameters"] for s in ("svd", "svd_ft", "asvd_ft", "fwsvd_ft")}
     assert len(factored) == 1 and factored.pop() < result["dense"]["parameters"]
     assert abs(runs["prune_ft"]["parameters"] / runs["svd"]["parameters"] - 1) < 0.05, "pruned to the same weights (nonzeros)"
     assert abs(runs["svd"]["parameters"] / runs["comera"]["parameters"] - 1) < 0.05, "the same size as CoMERA's end"
     assert runs["comera"]["ranks"] and runs["small"]["width"] < 32
+    uniform = runs["svd_ft_uniform"]  # one rank for every layer, at about CoMERA's size
+    assert len(set(runs["comera"]["ranks"].values())) > 1 and uniform["rank"] >= 1
+    assert abs(uniform["parameters"] / runs["svd_ft"]["parameters"] - 1) < 0.1
     assert len(list(cache.glob("*.pt"))) == 1 and "served" not in runs["comera"] and "served" not in result["dense"]
     again = compress.main(["--check", "--compressions", "4", "--systems", "comera,prune_ft", "--cache", str(cache),
                            "--out", str(tmp_path / "again.json")])
