@@ -132,6 +132,27 @@ PAGES = [
              Section("The wider byte Llama, seed 1 (its own dense model)", "compress_byte_llama-96x4_seed1.json",
                      f"{OURS}:compress_runs"),
          ]),
+    Page("compression_paths", "Where the ranks go, and when they are cut", "A trained language model compressed 2× "
+         "and 4×: how much is CoMERA's choice of ranks worth against one rank for every layer, and what does cutting "
+         "before the first step instead of while training do?", [
+             Section("The Llama (width 64, BPE), seed 0", "compress_paths_llama-64x4.json", f"{OURS}:compress_runs",
+                     "`python -m benchmarks.quality.compress --ft-lr 3e-3 --systems comera,svd_ft_uniform [--extra 0.1]` "
+                     "(2026-11-30), beside the plain path at comera's ranks from [the compression results](compression.md) "
+                     "and two lab patches (described under the table); 268 extra steps (25 %), rows `_extra10` 108."),
+             Section("The same Llama, seed 1", "compress_paths_llama-64x4_seed1.json", f"{OURS}:compress_runs"),
+             Section("The byte Llama (width 64), seed 0", "compress_paths_byte_llama-64x4.json", f"{OURS}:compress_runs",
+                     "The same with `--vocab-size 261`, beside [the byte Llama's results](compression_byte.md)."),
+             Section("The byte Llama, seed 1", "compress_paths_byte_llama-64x4_seed1.json", f"{OURS}:compress_runs"),
+             Section("GPT-2 (width 64, BPE), seed 0", "compress_paths_gpt2-64x4.json", f"{OURS}:compress_runs",
+                     "The same with `--model gpt2:64:4`, beside [GPT-2's results](compression_gpt2.md)."),
+             Section("GPT-2, seed 1", "compress_paths_gpt2-64x4_seed1.json", f"{OURS}:compress_runs"),
+             Section("The wider Llama (width 96, BPE), seed 0", "compress_paths_llama-96x4.json", f"{OURS}:compress_runs",
+                     "`--model llama:96:4 [--vocab-size 261] [--seed 1]`, 25 % extra steps: today's defaults against one "
+                     "rank for every layer."),
+             Section("The wider Llama, seed 1", "compress_paths_llama-96x4_seed1.json", f"{OURS}:compress_runs"),
+             Section("The wider byte Llama (width 96), seed 0", "compress_paths_byte_llama-96x4.json", f"{OURS}:compress_runs"),
+             Section("The wider byte Llama, seed 1", "compress_paths_byte_llama-96x4_seed1.json", f"{OURS}:compress_runs"),
+         ]),
     Page("compression_probes", "The trained Llama's 2× gap, probed", "Why does CoMERA trail plain SVD + fine-tuning "
          "on a trained Llama compressed 2×, and does a teacher close it? Each probe changed one thing, from the same "
          "trained weights.", [
