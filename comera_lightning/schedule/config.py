@@ -51,8 +51,8 @@ START_FACTOR = 2.0
 #: From trained weights (``init="svd"``) the start may be as large as the dense layers it replaces (1x, not
 #: ``min_compression``): the cuts then begin from a model that has lost little (a trained Llama 2x smaller: 3.225
 #: against 3.244 from a start capped at 1.5x; docs/COMPRESS.md). At 4x it also lets a kind of layer start less than
-#: min_compression smaller where its cap used to be lowered (GPT-2's token table at 1.4x): 0.3 % apart on average over
-#: nine trained runs, within the seeds' spread (docs/CHANGELOG.md, 2026-11-30).
+#: min_compression smaller where its cap used to be lowered (GPT-2's token table at 1.4x); the old rule was 0.3 % better
+#: on average over nine trained runs at 4x, within the seeds' spread (docs/CHANGELOG.md, 2026-11-30).
 TRAINED_START_COMPRESSION = 1.0
 #: An adaptive start at which some kind of layer would not gain ``min_compression`` (and stay dense) lowers that
 #: kind's rank cap by this factor, at most ``START_TRIES`` times.

@@ -6,7 +6,10 @@ from torch import nn
 
 from benchmarks.quality.baselines import (activation_scales, asvd_factors_, distilled_, distilled_output_, fisher_scales,
                                          fwsvd_factors_, kept_weights, magnitude_prune_, nonzero_parameters)
-from benchmarks.quality.models import svd_factors_
+from benchmarks.quality.models import svd_factors_, svd_ranks_of, uniform_ranks_of
+from comera_lightning import TensorizeConfig
+from comera_lightning.rank import tt_layers
+from comera_lightning.tensorize import tensorize
 
 
 class Net(nn.Module):
@@ -108,15 +111,9 @@ def test_a_hugging_face_models_loss_becomes_the_objective_with_its_trained_copy_
 
 
 def test_the_uniform_plain_path_gives_every_layer_one_rank_at_the_tensorized_layers_total_size():
-    from comera_lightning import TensorizeConfig
-    from comera_lightning.rank import tt_layers
-    from comera_lightning.tensorize import tensorize
-
-    from benchmarks.quality.models import svd_ranks_of, uniform_ranks_of
-
     net = Net()
-    tensorize(net, TensorizeConfig(target_modules=["first", "second"], layer_config={"first": {"max_rank": 6}, "second": {"max_rank": 2}},
-                                   min_compression=1.0))
+    ranks = {"first": {"max_rank": 6}, "second": {"max_rank": 2}}
+    tensorize(net, TensorizeConfig(target_modules=["first", "second"], layer_config=ranks, min_compression=1.0))
     per_layer, uniform = svd_ranks_of(net), uniform_ranks_of(net)
     assert per_layer == {"first": 6, "second": 2} and uniform == {"first": 4, "second": 4}
     cores = sum(core.numel() for _, layer in tt_layers(net) for core in layer.cores)
