@@ -11,6 +11,8 @@ seed. The tables compressed are those of at least ``MIN_ROWS`` rows (users, item
 * ``svd_ft``: each of those tables replaced by its truncated SVD as two plain factors (``E ≈ A·B``) holding the
   parameters CoMERA's TT table ended with (rank ≥ 1: at high compression a 16-wide table cannot get that small, and
   its real size is reported), fine-tuned the extra steps;
+* ``svd_ft_uniform``: the same with one rank for every one of those tables, their factors holding about CoMERA's
+  parameters in them (the plain path as a user writes it by hand);
 * ``svd_ft_distill``: that with the teacher CoMERA was given (``--callback 'distill={...}'``, required);
 * ``prune_ft``: ``torch.nn.utils.prune`` global magnitude pruning of the same tables to CoMERA's count, fine-tuned
   with the masks;
@@ -60,8 +62,8 @@ from comera_lightning import BudgetConfig, ComeraCallback, TensorizeConfig
 from comera_lightning.data.movielens import MovieLensClicksDataModule
 from comera_lightning.models.dlrm import DLRMClassifier
 
-SYSTEMS = ("comera", "svd_ft", "svd_ft_distill", "prune_ft", "small", "dense_ft")
-NEEDS = {"svd_ft": ("comera",), "svd_ft_distill": ("comera",), "prune_ft": ("comera",), "small": ("comera",)}
+SYSTEMS = ("comera", "svd_ft", "svd_ft_uniform", "svd_ft_distill", "prune_ft", "small", "dense_ft")
+NEEDS = {"svd_ft": ("comera",), "svd_ft_uniform": ("comera",), "svd_ft_distill": ("comera",), "prune_ft": ("comera",), "small": ("comera",)}
 CHECK = {"epochs": 1, "limit_batches": 4, "compressions": "8"}
 DATA = {"split_mode": "random", "batch_size": 256, "eval_batch_size": 4096}
 MODEL = {"embedding_dim": 16, "dense_arch_layer_sizes": [64, 16], "over_arch_layer_sizes": [64, 32, 1],
@@ -204,6 +206,12 @@ def compress_at(data: MovieLensClicksDataModule, args: argparse.Namespace, syste
         results[system], _ = fit(system, data, args, extra, state=state, distill=teacher,
                                  transform=lambda m: ranks.update(low_rank_(m, sizes)))
         results[system]["ranks"] = ranks
+    if "svd_ft_uniform" in systems:
+        sides = {name: table.num_embeddings + table.embedding_dim for name, table in compressed_tables(model).items()}
+        rank = max(1, round(sum(sizes.values()) / sum(sides.values())))
+        results["svd_ft_uniform"], _ = fit("svd_ft_uniform", data, args, extra, state=state,
+                                           transform=lambda m: low_rank_(m, {name: rank * side for name, side in sides.items()}))
+        results["svd_ft_uniform"]["rank"] = rank
     if "prune_ft" in systems:
         names = [f"{COLLECTION}.embedding_bags.{name}" for name in sizes]
         results["prune_ft"], _ = fit("prune_ft", data, args, extra, state=state,

@@ -57,7 +57,7 @@ DENSE_SIZE_START = ("the start at the dense size at every budget, a probe not ke
                     "START_FACTOR = 100` set before `main()`, 2026-11-30; today's start is twice the size asked)")
 AUTO_OTHERS_2 = ("the default core steps (\"auto\": the token table's cores 12x) with every other TT layer's cores "
                  "stretched 2x, a probe not kept (`CoreStepScale` patched before `main()`, 2026-11-30)")
-DLRM = seeded("compress_dlrm", {"": 2, "_gate_lr_1e-3": 2, "_tt_tables": 2, "_distill": 2})
+DLRM = seeded("compress_dlrm", {"": 2, "_gate_lr_1e-3": 2, "_tt_tables": 2, "_distill": 2, "_uniform": 2})
 
 PAGES = [
     Page("quality", "Quality from scratch", "How good is a model trained with CoMERA from random init, against dense, a "
@@ -248,21 +248,23 @@ PAGES = [
                      "`compress_dlrm_gate_lr_1e-3`: the same with slower gates (`gate_lr=1e-3`, tried); "
                      "`compress_dlrm_tt_tables`: the four-core TT-matrix tables of before (`embedding_num_cores=4`); "
                      "`compress_dlrm_distill`: the trained DLRM as teacher (`--callback 'distill={\"module\": \"model\"}'`, "
-                     "its click logit read as a Bernoulli's, 2026-11-30), beside `svd_ft_distill`: the plain path given the same teacher. "
-                     "At rank 1 two factors hold 2,975 + 3 × 16 parameters: 15.7× is as small as they get."),
-             Section("The same with 10 % extra steps", seeded("compress_dlrm_extra10", {"": 2, "_distill": 2}),
+                     "its click logit read as a Bernoulli's, 2026-11-30), beside `svd_ft_distill`: the plain path given the same teacher; "
+                     "`compress_dlrm_uniform`: `--systems comera,svd_ft_uniform` (2026-11-30), one rank for the three "
+                     "tables at CoMERA's size, beside CoMERA run again. At rank 1 two factors hold 2,975 + 3 × 16 parameters: 15.7× is as small as they get."),
+             Section("The same with 10 % extra steps", seeded("compress_dlrm_extra10", {"": 2, "_distill": 2, "_uniform": 2}),
                      f"{OURS}:dlrm_by_seed", "`python -m benchmarks.quality.compress_dlrm --extra 0.1 [--seed 1]`: 156 extra "
                      "steps; the mean of seeds 0 and 1 (seed 1 run 2026-11-30). `compress_dlrm_extra10_distill`: the trained "
                      "DLRM as teacher, as above."),
              Section("A DLRM with 64-wide tables compressed 4×, 8×, 32× and 64×",
-                     seeded("compress_dlrm_dim64", {"": 2, "_distill": 2}), f"{OURS}:dlrm_by_seed",
+                     seeded("compress_dlrm_dim64", {"": 2, "_distill": 2, "_uniform": 2}), f"{OURS}:dlrm_by_seed",
                      "`python -m benchmarks.quality.compress_dlrm --embedding-dim 64 --epochs 3 --compressions 4,8,32,64 "
                      "[--seed 1]` (2026-11-30): the same data and tables at the width DLRMs use on Criteo (190,400 "
                      "parameters), trained dense 3 epochs (939 steps: seed 0's best validation AUC; seed 1's is at 2, "
                      "it overfits after; test AUC 0.7970 and 0.7817), then 235 more (25 %); the mean of seeds 0 and 1. `compress_dlrm_dim64_distill`: "
-                     "the trained DLRM as teacher, beside the plain path given it. At rank 1 two factors hold 2,975 + 3 × 64 "
+                     "the trained DLRM as teacher, beside the plain path given it; `_uniform`: one rank for the three tables, as above. "
+                     "At rank 1 two factors hold 2,975 + 3 × 64 "
                      "parameters: 60× is as small as they get (64× asked ends there)."),
-             Section("The 64-wide DLRM with 10 % extra steps", seeded("compress_dlrm_dim64_extra10", {"": 2, "_distill": 2}),
+             Section("The 64-wide DLRM with 10 % extra steps", seeded("compress_dlrm_dim64_extra10", {"": 2, "_distill": 2, "_uniform": 2}),
                      f"{OURS}:dlrm_by_seed", "The same with `--extra 0.1`: 94 extra steps; the mean of seeds 0 and 1."),
          ]),
     Page("speed_cpu", "Speed on CPU", "How fast is a CoMERA training step on a CPU, and what does it launch?", [

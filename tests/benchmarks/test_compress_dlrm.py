@@ -35,12 +35,14 @@ def test_every_system_compresses_the_same_tables_from_the_trained_weights(tmp_pa
     assert json.loads(out.read_text()) == result
     assert result["dense_steps"] == 4 and result["extra_steps"] == 1 and result["dense_ft"]["steps"] == 1
     runs = result["by_compression"]["8"]
-    assert set(runs) == {"comera", "svd_ft", "prune_ft", "small"}
+    assert set(runs) == {"comera", "svd_ft", "svd_ft_uniform", "prune_ft", "small"}
     dense_tables = result["dense"]["table_parameters"]
     assert all(run["table_parameters"] < dense_tables for run in runs.values())
     assert runs["prune_ft"]["table_parameters"] == runs["comera"]["table_parameters"], "pruned to CoMERA's count"
     assert abs(runs["svd_ft"]["table_parameters"] / runs["comera"]["table_parameters"] - 1) < 0.1
     assert set(runs["svd_ft"]["ranks"]) == set(runs["comera"]["sizes"]) == {"t_user_id", "t_item_id", "t_zip_code"}
+    uniform = runs["svd_ft_uniform"]  # one rank for the three tables, at about CoMERA's size
+    assert uniform["rank"] >= 1 and abs(uniform["table_parameters"] / runs["comera"]["table_parameters"] - 1) < 0.1
     assert runs["small"]["embedding_dim"] < compress_dlrm.MODEL["embedding_dim"] and runs["small"]["steps"] == 5
     assert "--out" not in result["command"] and "--cache" not in result["command"]
     assert "| 8× |" in compress_dlrm.table(result)
