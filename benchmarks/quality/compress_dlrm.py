@@ -51,6 +51,7 @@ from benchmarks.quality.compress_common import (
     recorded_command,
     run_systems,
 )
+from benchmarks.quality.models import uniform_ranks_of
 from benchmarks.quality.served import served_program, without_masks
 from benchmarks.quality.settings import _options, check_teacher, default_systems, systems_of
 from benchmarks.quality.weights_cache import (
@@ -206,11 +207,11 @@ def compress_at(data: MovieLensClicksDataModule, args: argparse.Namespace, syste
         results[system], _ = fit(system, data, args, extra, state=state, distill=teacher,
                                  transform=lambda m: ranks.update(low_rank_(m, sizes)))
         results[system]["ranks"] = ranks
-    if "svd_ft_uniform" in systems:
-        sides = {name: table.num_embeddings + table.embedding_dim for name, table in compressed_tables(model).items()}
-        rank = max(1, round(sum(sizes.values()) / sum(sides.values())))
+    if "svd_ft_uniform" in systems:  # the TT layers are the compressed tables: one rank for them all, as for the LMs
+        (rank,) = set(uniform_ranks_of(model).values())
+        uniform = {name: rank * (table.num_embeddings + table.embedding_dim) for name, table in compressed_tables(model).items()}
         results["svd_ft_uniform"], _ = fit("svd_ft_uniform", data, args, extra, state=state,
-                                           transform=lambda m: low_rank_(m, {name: rank * side for name, side in sides.items()}))
+                                           transform=lambda m: low_rank_(m, uniform))
         results["svd_ft_uniform"]["rank"] = rank
     if "prune_ft" in systems:
         names = [f"{COLLECTION}.embedding_bags.{name}" for name in sizes]
