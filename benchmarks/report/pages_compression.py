@@ -10,7 +10,8 @@ PAIRS = seeded("compress_pairs", {"": 2, "_trained_schedule": 2, "_held_gates": 
                                   "_ft_lr_1e-4_rerun": 4, "_ft_lr_1e-4_rerun_distill": 4})
 BERT = seeded("compress_pairs_bert", {"": 2, "_ft_lr_3e-4": 2, "_ft_lr_1e-4": 4, "_ft_lr_1e-4_dense_size_start": 4,
                                       "_ft_lr_1e-4_core_steps_auto_others_2": 4, "_tt_tables": 2, "_core_steps_1": 2,
-                                      "_ft_lr_1e-4_rerun": 8, "_ft_lr_1e-4_rerun_distill": 8})
+                                      "_ft_lr_1e-4_rerun": 8, "_ft_lr_1e-4_rerun_distill": 8,
+                                      "_ft_lr_3e-4_rerun": 8})
 RERUN = ("rerun on 2026-11-30 on a fresh host, whose WordPiece vocabulary was trained anew: `tokenizers` does not "
          "reproduce one from run to run (huggingface/tokenizers#1794), so its dense models are new ones (seeds 4–7 of "
          "the BERT's added the same day on the same host and vocabulary)")
@@ -126,7 +127,7 @@ COMPRESSION_PAGES = [
              Section("The trained GPT-2 (width 64) with 10 % extra steps, seed 1", "compress_gpt2-64x4_extra10_seed1.json",
                      f"{OURS}:compress_runs"),
          ]),
-    Page("compression_trained", "Trained classifiers compressed", "A trained classifier or masked LM "
+    Page("compression_trained", "Trained classifiers compressed", "A trained classifier "
          "compressed: how much accuracy does each size keep, against the plain paths a user would write instead, "
          "and how small and fast is it served?", [
              Section("A trained sentence-pair classifier compressed 8× and 32×", PAIRS, f"{OURS}:pairs_by_seed",
@@ -157,10 +158,15 @@ COMPRESSION_PAGES = [
                      f"`core_step_scale=1` (tried); `_ft_lr_1e-4_dense_size_start`: {DENSE_SIZE_START}; "
                      f"`_ft_lr_1e-4_core_steps_auto_others_2`: {AUTO_OTHERS_2}; `_ft_lr_1e-4_rerun`: the 1e-4 runs {RERUN}; "
                      "`_ft_lr_1e-4_rerun_distill`: CoMERA on those dense models with the trained BERT as teacher "
-                     "(`--callback 'distill={\"module\": \"bert\"}'`), beside `svd_ft_distill`: the plain path given the same teacher."),
+                     "(`--callback 'distill={\"module\": \"bert\"}'`), beside `svd_ft_distill`: the plain path given the same teacher; "
+                     "`_ft_lr_3e-4_rerun`: the same eight dense models at LR 3e-4 (`--ft-lr 3e-4 --systems "
+                     "comera,svd_ft,small,dense_ft --seed N`, 2026-11-30)."),
              Section("The same BERT with 10 % extra steps", ("compress_pairs_bert_extra10.json", "compress_pairs_bert_extra10_seed1.json"),
                      f"{OURS}:pairs_by_seed", "`python -m benchmarks.quality.compress_pairs --model bert --extra 0.1 "
                      "[--seed 1]`: 98 extra steps; the mean of seeds 0 and 1."),
+         ]),
+    Page("compression_masked_lm", "A trained masked LM compressed", "The package's CodeBERT-like masked LM, trained "
+         "on Python source, compressed: how much masked-token accuracy does each size keep, against the plain paths?", [
              Section("A trained CodeBERT-like masked LM compressed 4× and 8×",
                      seeded("compress_codebert", {"": 2, "_dense_start": 1, "_dense_size_start": 2, "_core_steps_auto_others_2": 2}),
                      f"{OURS}:pairs_by_seed", "`python -m benchmarks.quality.compress_pairs --model codebert "
