@@ -1,4 +1,4 @@
-"""What a results page is: a ``Page`` of ``Section``\s, each a table rendered from ``benchmarks/results/``."""
+"""What a results page is: a ``Page`` of sections (``Section``), each a table rendered from ``benchmarks/results/``."""
 
 from __future__ import annotations
 

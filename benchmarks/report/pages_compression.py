@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from benchmarks.report.page_parts import OURS, Page, Section, seeded
 
+FRONTIER = "benchmarks.report.tables_frontier:lm_frontier"
+
 PAIRS = seeded("compress_pairs", {"": 2, "_trained_schedule": 2, "_held_gates": 2, "_gate_lr_2e-3": 2, "_prune": 2,
                                   "_distill": 2, "_tall_tables": 2, "_ft_lr_3e-4": 2, "_ft_lr_1e-4": 4,
                                   "_ft_lr_1e-4_dense_size_start": 4, "_ft_lr_1e-4_core_steps_auto_others_2": 4,
@@ -20,6 +22,14 @@ DENSE_SIZE_START = ("the start at the dense size at every budget, a probe not ke
 AUTO_OTHERS_2 = ("the default core steps (\"auto\": the token table's cores 12x) with every other TT layer's cores "
                  "stretched 2x, a probe not kept (`CoreStepScale` patched before `main()`, 2026-11-30)")
 DLRM = seeded("compress_dlrm", {"": 2, "_gate_lr_1e-3": 2, "_tt_tables": 2, "_distill": 2, "_uniform": 2})
+
+SIZES = ("Each path's validation loss at every size it was run at, from `python -m benchmarks.quality.compress --ft-lr "
+         "3e-3` (`[--seed 1]`, `[--extra 0.1]`, `--compressions 2,4` / `8` / `32`): the files below and those of the "
+         "other compression pages; where a file holds a rerun from "
+         "today's trained start (`comera_dense_start`, `<path>_dense_start_ranks`: the dense-size start of 2026-11-29), "
+         "the rerun is the row shown.")
+HIGH = ("`python -m benchmarks.quality.compress --ft-lr 3e-3 --threads 1 --no-served --systems "
+        "comera,svd_ft,fwsvd_ft,prune_ft,small` (2026-11-30), 25 % extra steps:")
 
 COMPRESSION_PAGES = [
     Page("compression", "Compression frontier", "How much loss does each size cost, from scratch and when a trained "
@@ -111,6 +121,34 @@ COMPRESSION_PAGES = [
                      "Beside SVD + fine-tuning at its ranks, with and without the same teacher (2026-11-30)."),
              Section("The same, seed 1 (its own dense model)", "compress_llama-96x4_teacher_seed1.json",
                      f"{OURS}:compress_runs"),
+         ]),
+    Page("compression_sizes", "Trained language models from 2× to 32×", "A trained language model compressed 2×, 4×, 8× "
+         "and 32×, with 25 % or 10 % extra steps: which path is best at each size, and where does a model of that size "
+         "trained from scratch win?", [
+             Section("The trained Llama (width 64, BPE) at every size",
+                     seeded("compress_llama-64x4", {"": 2, "_8x": 2, "_32x": 2, "_extra10": 2}), FRONTIER, SIZES),
+             Section("The trained byte Llama (width 64) at every size",
+                     seeded("compress_byte_llama-64x4", {"": 2, "_8x": 2, "_32x": 2, "_extra10": 2}), FRONTIER,
+                     "The same, `--vocab-size 261`."),
+             Section("The trained GPT-2 (width 64, BPE) at every size",
+                     seeded("compress_gpt2-64x4", {"": 2, "_8x": 2, "_32x": 2, "_extra10": 2}), FRONTIER,
+                     "The same, `--model gpt2:64:4`."),
+             Section("The wider Llama (width 96, BPE)", seeded("compress_llama-96x4", {"": 2}), FRONTIER,
+                     "The same, `--model llama:96:4`."),
+             Section("The wider byte Llama (width 96)", seeded("compress_byte_llama-96x4", {"": 2}), FRONTIER,
+                     "The same, `--model llama:96:4 --vocab-size 261`."),
+             Section("The trained Llama (width 64) compressed 32×", "compress_llama-64x4_32x.json", f"{OURS}:compress_runs",
+                     f"{HIGH} `--compressions 32 [--seed 1]`."),
+             Section("The same, seed 1", "compress_llama-64x4_32x_seed1.json", f"{OURS}:compress_runs"),
+             Section("The trained byte Llama (width 64) compressed 8×", "compress_byte_llama-64x4_8x.json",
+                     f"{OURS}:compress_runs", f"{HIGH} `--vocab-size 261 --compressions 8 [--seed 1]`."),
+             Section("The same, seed 1", "compress_byte_llama-64x4_8x_seed1.json", f"{OURS}:compress_runs"),
+             Section("The trained byte Llama (width 64) compressed 32×", "compress_byte_llama-64x4_32x.json",
+                     f"{OURS}:compress_runs", f"{HIGH} `--vocab-size 261 --compressions 32 [--seed 1]`."),
+             Section("The same, seed 1", "compress_byte_llama-64x4_32x_seed1.json", f"{OURS}:compress_runs"),
+             Section("The trained GPT-2 (width 64) compressed 32×", "compress_gpt2-64x4_32x.json", f"{OURS}:compress_runs",
+                     f"{HIGH} `--model gpt2:64:4 --compressions 32 [--seed 1]`."),
+             Section("The same, seed 1", "compress_gpt2-64x4_32x_seed1.json", f"{OURS}:compress_runs"),
          ]),
     Page("compression_budgets", "Trained language models at other budgets", "The trained Llama and GPT-2 of the "
          "compression pages given 10 % extra steps instead of 25 %, and compressed 8×: where does each path stand?", [

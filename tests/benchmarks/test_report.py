@@ -117,3 +117,29 @@ def test_a_system_one_seed_ran_besides_the_others_is_its_own_row_with_its_own_co
                            "v_seed1.json": result(1, {"comera": comera, "small": small})}).splitlines()
     assert "| `v` | comera | 2 | 0.500, 0.400 |" in lines
     assert "| `v` | small | 1 | 0.300, 0.700 |" in lines, "seed 1's small row, not dropped for seed 0's want of one"
+
+
+def test_the_frontier_shows_todays_rerun_in_place_of_a_stale_row_and_means_over_seeds():
+    from benchmarks.report.tables_frontier import lm_frontier
+
+    def run(system: str, compression: float, loss: float, lr: float = 3e-3) -> dict:
+        return {"system": system, "compression": compression, "val_loss": loss, "ft_lr": lr}
+
+    def result(seed: int, extra: float, runs: list[dict]) -> dict:
+        return {"args": {"seed": seed, "extra": extra}, "dense": {"final_val_loss": 3.0 + seed / 10}, "runs": runs}
+
+    results = {
+        "m.json": result(0, 0.25, [run("comera", 2, 9.0), run("comera_dense_start", 2, 3.2), run("svd_ft", 2, 9.0),
+                                   run("svd_ft_dense_start_ranks", 2, 3.1), run("comera", 2, 1.0, lr=1e-3),
+                                   run("small", 2, 3.5, lr=3e-4), run("comera_teacher", 2, 1.0)]),
+        "m_seed1.json": result(1, 0.25, [run("comera", 2, 3.4), run("svd_ft", 2, 3.6)]),
+        "m_8x.json": result(0, 0.25, [run("comera", 8, 4.0), run("svd_ft", 8, 4.5)]),
+        "m_extra10.json": result(0, 0.1, [run("comera", 2, 3.9)]),
+    }
+    lines = lm_frontier(results).splitlines()
+    assert lines[0].startswith("Dense, trained: validation loss 3.050 (the mean over seeds 0, 1")
+    assert "| 25 % | CoMERA (the defaults) | **3.300** | **4.000** (1) |" in lines, "the rerun, seed 1's row; not 1e-3's"
+    assert "| 25 % | SVD + fine-tuning at CoMERA's ranks | 3.350 | 4.500 (1) |" in lines
+    assert "| 25 % | dense of CoMERA's size from scratch, all the steps | 3.500 (1) | – |" in lines, "small at its own LR"
+    assert "| 10 % | CoMERA (the defaults) | **3.900** (1) | – |" in lines
+    assert not any("teacher" in line for line in lines)
