@@ -13,7 +13,7 @@ PAIRS = seeded("compress_pairs", {"": 2, "_trained_schedule": 2, "_held_gates": 
 BERT = seeded("compress_pairs_bert", {"": 2, "_ft_lr_3e-4": 2, "_ft_lr_1e-4": 4, "_ft_lr_1e-4_dense_size_start": 4,
                                       "_ft_lr_1e-4_core_steps_auto_others_2": 4, "_tt_tables": 2, "_core_steps_1": 2,
                                       "_ft_lr_1e-4_rerun": 8, "_ft_lr_1e-4_rerun_distill": 8,
-                                      "_ft_lr_3e-4_rerun": 8})
+                                      "_ft_lr_3e-4_rerun": 8, "_ft_lr_3e-4_small_d_model_32": 8})
 RERUN = ("rerun on 2026-11-30 on a fresh host, whose WordPiece vocabulary was trained anew: `tokenizers` does not "
          "reproduce one from run to run (huggingface/tokenizers#1794), so its dense models are new ones (seeds 4–7 of "
          "the BERT's added the same day on the same host and vocabulary)")
@@ -198,7 +198,10 @@ COMPRESSION_PAGES = [
                      "`_ft_lr_1e-4_rerun_distill`: CoMERA on those dense models with the trained BERT as teacher "
                      "(`--callback 'distill={\"module\": \"bert\"}'`), beside `svd_ft_distill`: the plain path given the same teacher; "
                      "`_ft_lr_3e-4_rerun`: the same eight dense models at LR 3e-4 (`--ft-lr 3e-4 --systems "
-                     "comera,svd_ft,small,dense_ft --seed N`, 2026-11-30)."),
+                     "comera,svd_ft,small,dense_ft --seed N`, 2026-11-30); `_ft_lr_3e-4_small_d_model_32`: the narrower BERT at "
+                     "d_model 32 (the width below CoMERA's 8× size; `small` takes the nearest, 36 on seven seeds), a lab "
+                     "patch of `PairModel.narrow_width` (`--systems comera,small --compressions 8`; its comera rows the "
+                     "same as `_ft_lr_3e-4_rerun`'s)."),
              Section("The same BERT with 10 % extra steps", ("compress_pairs_bert_extra10.json", "compress_pairs_bert_extra10_seed1.json"),
                      f"{OURS}:pairs_by_seed", "`python -m benchmarks.quality.compress_pairs --model bert --extra 0.1 "
                      "[--seed 1]`: 98 extra steps; the mean of seeds 0 and 1."),
