@@ -27,7 +27,8 @@ SIZES = ("Each path's validation loss at every size it was run at, from `python 
          "3e-3` (`[--seed 1]`, `[--extra 0.1]`, `--compressions 2,4` / `8` / `32`): the files below and those of the "
          "other compression pages; where a file holds a rerun from "
          "today's trained start (`comera_dense_start`, `<path>_dense_start_ranks`: the dense-size start of 2026-11-29), "
-         "the rerun is the row shown.")
+         "the rerun is the row shown. 10 % at 8× and 32×: `--extra 0.1 --compressions 8,32 --systems "
+         "comera,svd_ft,fwsvd_ft,prune_ft [--seed 1]` (`_8x_32x_extra10`, 2026-11-30).")
 HIGH = ("`python -m benchmarks.quality.compress --ft-lr 3e-3 --threads 1 --no-served --systems "
         "comera,svd_ft,fwsvd_ft,prune_ft,small` (2026-11-30), 25 % extra steps:")
 
@@ -126,12 +127,12 @@ COMPRESSION_PAGES = [
          "and 32×, with 25 % or 10 % extra steps: which path is best at each size, and where does a model of that size "
          "trained from scratch win?", [
              Section("The trained Llama (width 64, BPE) at every size",
-                     seeded("compress_llama-64x4", {"": 2, "_8x": 2, "_32x": 2, "_extra10": 2}), FRONTIER, SIZES),
+                     seeded("compress_llama-64x4", {"": 2, "_8x": 2, "_32x": 2, "_extra10": 2, "_8x_32x_extra10": 2}), FRONTIER, SIZES),
              Section("The trained byte Llama (width 64) at every size",
-                     seeded("compress_byte_llama-64x4", {"": 2, "_8x": 2, "_32x": 2, "_extra10": 2}), FRONTIER,
+                     seeded("compress_byte_llama-64x4", {"": 2, "_8x": 2, "_32x": 2, "_extra10": 2, "_8x_32x_extra10": 2}), FRONTIER,
                      "The same, `--vocab-size 261`."),
              Section("The trained GPT-2 (width 64, BPE) at every size",
-                     seeded("compress_gpt2-64x4", {"": 2, "_8x": 2, "_32x": 2, "_extra10": 2}), FRONTIER,
+                     seeded("compress_gpt2-64x4", {"": 2, "_8x": 2, "_32x": 2, "_extra10": 2, "_8x_32x_extra10": 2}), FRONTIER,
                      "The same, `--model gpt2:64:4`."),
              Section("The wider Llama (width 96, BPE)", seeded("compress_llama-96x4", {"": 2}), FRONTIER,
                      "The same, `--model llama:96:4`."),
