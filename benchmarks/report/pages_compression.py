@@ -147,6 +147,8 @@ COMPRESSION_PAGES = [
              Section("The trained byte Llama (width 64) compressed 32×", "compress_byte_llama-64x4_32x.json",
                      f"{OURS}:compress_runs", f"{HIGH} `--vocab-size 261 --compressions 32 [--seed 1]`."),
              Section("The same, seed 1", "compress_byte_llama-64x4_32x_seed1.json", f"{OURS}:compress_runs"),
+             Section("The trained GPT-2 (width 64) compressed 8×, at LR 3e-3", "compress_gpt2-64x4_8x.json", f"{OURS}:compress_runs"),
+             Section("The same GPT-2 compressed 8×, seed 1", "compress_gpt2-64x4_8x_seed1.json", f"{OURS}:compress_runs"),
              Section("The trained GPT-2 (width 64) compressed 32×", "compress_gpt2-64x4_32x.json", f"{OURS}:compress_runs",
                      f"{HIGH} `--model gpt2:64:4 --compressions 32 [--seed 1]`."),
              Section("The same, seed 1", "compress_gpt2-64x4_32x_seed1.json", f"{OURS}:compress_runs"),
@@ -155,8 +157,6 @@ COMPRESSION_PAGES = [
          "compression pages given 10 % extra steps instead of 25 %, and compressed 8×: where does each path stand?", [
              Section("The trained Llama (width 64) compressed 8×, at LR 3e-3", "compress_llama-64x4_8x.json", f"{OURS}:compress_runs"),
              Section("The same Llama compressed 8×, seed 1", "compress_llama-64x4_8x_seed1.json", f"{OURS}:compress_runs"),
-             Section("The trained GPT-2 (width 64) compressed 8×, at LR 3e-3", "compress_gpt2-64x4_8x.json", f"{OURS}:compress_runs"),
-             Section("The same GPT-2 compressed 8×, seed 1", "compress_gpt2-64x4_8x_seed1.json", f"{OURS}:compress_runs"),
              Section("The trained Llama (width 64) with 10 % extra steps, at LR 3e-3", "compress_llama-64x4_extra10.json",
                      f"{OURS}:compress_runs"),
              Section("The trained Llama (width 64) with 10 % extra steps, seed 1", "compress_llama-64x4_extra10_seed1.json",
