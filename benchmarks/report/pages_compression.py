@@ -186,6 +186,10 @@ COMPRESSION_PAGES = [
              Section("The same classifier with 10 % extra steps", ("compress_pairs_extra10.json", "compress_pairs_extra10_seed1.json"),
                      f"{OURS}:pairs_by_seed", "`python -m benchmarks.quality.compress_pairs --extra 0.1 [--seed 1]`: 98 "
                      "extra steps; the mean of seeds 0 and 1."),
+             Section("The same classifier at 2×, 4×, 8× and 64×, LR 1e-4", seeded("compress_pairs_ft_lr_1e-4_sizes", {"": 4}),
+                     f"{OURS}:pairs_by_seed", "`python -m benchmarks.quality.compress_pairs --ft-lr 1e-4 --compressions "
+                     "2,4,8,64 --systems comera,svd_ft,small,dense_ft --no-served --seed N` (2026-11-30), 25 % extra steps, "
+                     "the dense models of `_ft_lr_1e-4_rerun`; the mean of seeds 0–3."),
              Section("A trained Hugging Face BERT classifier compressed 8× and 32×", BERT, f"{OURS}:pairs_by_seed",
                      "`python -m benchmarks.quality.compress_pairs --model bert`: `examples/huggingface.py`'s BERT (hidden "
                      "128, 2 layers, AdamW 1e-3 with a cosine over each run) on the same pairs, 25 % extra steps; the "
@@ -206,6 +210,10 @@ COMPRESSION_PAGES = [
              Section("The same BERT with 10 % extra steps", ("compress_pairs_bert_extra10.json", "compress_pairs_bert_extra10_seed1.json"),
                      f"{OURS}:pairs_by_seed", "`python -m benchmarks.quality.compress_pairs --model bert --extra 0.1 "
                      "[--seed 1]`: 98 extra steps; the mean of seeds 0 and 1."),
+             Section("The same BERT at 2×, 4× and 64×, LR 1e-4", seeded("compress_pairs_bert_ft_lr_1e-4_sizes", {"": 2}),
+                     f"{OURS}:pairs_by_seed", "`python -m benchmarks.quality.compress_pairs --model bert --ft-lr 1e-4 "
+                     "--compressions 2,4,64 --systems comera,svd_ft,small,dense_ft --no-served --seed N` (2026-11-30), 25 % "
+                     "extra steps, the dense models of `_ft_lr_1e-4_rerun`; the mean of seeds 0 and 1."),
          ]),
     Page("compression_masked_lm", "A trained masked LM compressed", "The package's CodeBERT-like masked LM, trained "
          "on Python source, compressed: how much masked-token accuracy does each size keep, against the plain paths?", [
