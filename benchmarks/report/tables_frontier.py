@@ -57,9 +57,18 @@ def lm_frontier(results: dict[str, dict[str, Any]]) -> str:
     for extra in sorted({extra for extra, _ in cells}, reverse=True):
         rows = {path: cells[(extra, path)] for path in HEADLINE if (extra, path) in cells}
         means = {path: {c: sum(v) / len(v) for c, v in row.items()} for path, row in rows.items()}
-        best = {c: min(m[c] for m in means.values() if c in m) for c in compressions if any(c in m for m in means.values())}
+        ran = list(means.values())
+        best = {c: min(m[c] for m in ran if c in m) for c in compressions if any(c in m for m in ran)}
         for path, row in rows.items():
-            shown = [("–" if c not in row else (f"**{means[path][c]:.3f}**" if means[path][c] == best[c] else f"{means[path][c]:.3f}")
-                      + (f" ({len(row[c])})" if c in row and len(row[c]) < seeds else "")) for c in compressions]
-            lines.append(f"| {extra * 100:g} % | {HEADLINE[path]} | " + " | ".join(shown) + " |")
+            lines.append(f"| {extra * 100:g} % | {HEADLINE[path]} | "
+                         + " | ".join(_cell(means[path].get(c), best.get(c), len(row.get(c, ())), seeds) for c in compressions)
+                         + " |")
     return "\n".join(lines)
+
+
+def _cell(mean: float | None, best: float | None, seeds: int, most: int) -> str:
+    """A mean loss, bold when the lowest of its column, with its seed count when fewer than ``most``; "–" if none ran."""
+    if mean is None:
+        return "–"
+    shown = f"**{mean:.3f}**" if mean == best else f"{mean:.3f}"
+    return shown + (f" ({seeds})" if seeds < most else "")
