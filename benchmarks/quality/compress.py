@@ -214,8 +214,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                            "args": {k: v for k, v in vars(args).items() if k not in ("cache", "out")},
                            "dense": dense, "by_compression": {}}
     if args.served:
+        import torch
+
         from benchmarks.quality.served import served
 
+        torch.set_num_threads(args.threads)  # as every fit's timing runs: dense's must not use more threads than theirs
         out["dense"]["served"] = served(trained_model(args, spec, data, state).model, args.block_size, data.vocab_size)
     if "dense_ft" in systems:
         settings = settings_for(args, extra, args.ft_epochs, args.ft_lr)
