@@ -32,6 +32,21 @@ SIZES = ("Each path's validation loss at every size it was run at, from `python 
 HIGH = ("`python -m benchmarks.quality.compress --ft-lr 3e-3 --threads 1 --no-served --systems "
         "comera,svd_ft,fwsvd_ft,prune_ft,small` (2026-11-30), 25 % extra steps:")
 
+
+def _with_fewer_steps(heading: str, stem: str, model: str) -> Section:
+    """A classifier given 10 % extra steps instead of 25 %, seeds 0 and 1."""
+    return Section(heading, seeded(f"{stem}_extra10", {"": 2}), f"{OURS}:pairs_by_seed",
+                   f"`python -m benchmarks.quality.compress_pairs {model}--extra 0.1 [--seed 1]`: 98 extra steps; the "
+                   "mean of seeds 0 and 1.")
+
+
+def _at_other_sizes(heading: str, stem: str, model: str, compressions: str, seeds: int) -> Section:
+    """A classifier at the sizes ``compressions``, LR 1e-4, on the first ``seeds`` rerun dense models (2026-11-30)."""
+    return Section(heading, seeded(f"{stem}_ft_lr_1e-4_sizes", {"": seeds}), f"{OURS}:pairs_by_seed",
+                   f"`python -m benchmarks.quality.compress_pairs {model}--ft-lr 1e-4 --compressions {compressions} "
+                   "--systems comera,svd_ft,small,dense_ft --no-served --seed N` (2026-11-30), 25 % extra steps, the dense "
+                   f"models of `_ft_lr_1e-4_rerun`; the mean of seeds {'0–3' if seeds == 4 else '0 and 1'}.")
+
 COMPRESSION_PAGES = [
     Page("compression", "Compression frontier", "How much loss does each size cost, from scratch and when a trained "
          "language model is compressed, against the plain paths a user would write instead?", [
@@ -183,13 +198,8 @@ COMPRESSION_PAGES = [
                      f"{AUTO_OTHERS_2}; `_ft_lr_1e-4_rerun`: the 1e-4 runs {RERUN}; `_ft_lr_1e-4_rerun_distill`: CoMERA on "
                      "those dense models with the trained classifier as teacher (`--callback 'distill={\"module\": \"\"}'`), beside "
                      "`svd_ft_distill`: the plain path given the same teacher."),
-             Section("The same classifier with 10 % extra steps", ("compress_pairs_extra10.json", "compress_pairs_extra10_seed1.json"),
-                     f"{OURS}:pairs_by_seed", "`python -m benchmarks.quality.compress_pairs --extra 0.1 [--seed 1]`: 98 "
-                     "extra steps; the mean of seeds 0 and 1."),
-             Section("The same classifier at 2×, 4×, 8× and 64×, LR 1e-4", seeded("compress_pairs_ft_lr_1e-4_sizes", {"": 4}),
-                     f"{OURS}:pairs_by_seed", "`python -m benchmarks.quality.compress_pairs --ft-lr 1e-4 --compressions "
-                     "2,4,8,64 --systems comera,svd_ft,small,dense_ft --no-served --seed N` (2026-11-30), 25 % extra steps, "
-                     "the dense models of `_ft_lr_1e-4_rerun`; the mean of seeds 0–3."),
+             _with_fewer_steps("The same classifier with 10 % extra steps", "compress_pairs", ""),
+             _at_other_sizes("The same classifier at 2×, 4×, 8× and 64×, LR 1e-4", "compress_pairs", "", "2,4,8,64", 4),
              Section("A trained Hugging Face BERT classifier compressed 8× and 32×", BERT, f"{OURS}:pairs_by_seed",
                      "`python -m benchmarks.quality.compress_pairs --model bert`: `examples/huggingface.py`'s BERT (hidden "
                      "128, 2 layers, AdamW 1e-3 with a cosine over each run) on the same pairs, 25 % extra steps; the "
@@ -207,13 +217,8 @@ COMPRESSION_PAGES = [
                      "d_model 32 (the width below CoMERA's 8× size; `small` takes the nearest, 36 on seven seeds), a lab "
                      "patch of `PairModel.narrow_width` (`--systems comera,small --compressions 8`; its comera rows the "
                      "same as `_ft_lr_3e-4_rerun`'s)."),
-             Section("The same BERT with 10 % extra steps", ("compress_pairs_bert_extra10.json", "compress_pairs_bert_extra10_seed1.json"),
-                     f"{OURS}:pairs_by_seed", "`python -m benchmarks.quality.compress_pairs --model bert --extra 0.1 "
-                     "[--seed 1]`: 98 extra steps; the mean of seeds 0 and 1."),
-             Section("The same BERT at 2×, 4× and 64×, LR 1e-4", seeded("compress_pairs_bert_ft_lr_1e-4_sizes", {"": 2}),
-                     f"{OURS}:pairs_by_seed", "`python -m benchmarks.quality.compress_pairs --model bert --ft-lr 1e-4 "
-                     "--compressions 2,4,64 --systems comera,svd_ft,small,dense_ft --no-served --seed N` (2026-11-30), 25 % "
-                     "extra steps, the dense models of `_ft_lr_1e-4_rerun`; the mean of seeds 0 and 1."),
+             _with_fewer_steps("The same BERT with 10 % extra steps", "compress_pairs_bert", "--model bert "),
+             _at_other_sizes("The same BERT at 2×, 4× and 64×, LR 1e-4", "compress_pairs_bert", "--model bert ", "2,4,64", 2),
          ]),
     Page("compression_masked_lm", "A trained masked LM compressed", "The package's CodeBERT-like masked LM, trained "
          "on Python source, compressed: how much masked-token accuracy does each size keep, against the plain paths?", [
