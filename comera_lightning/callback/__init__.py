@@ -58,7 +58,7 @@ class ComeraCallback(Callback):
         budget: how small the TT layers end, when they shrink, what they may not lose (``BudgetConfig``; the CLI's
             comera.budget section); None: the defaults. The arguments early_steps ... size_surrogate below, like
             early_epochs, target_ratio and rank_weight above, override its fields of the same name (None: its value).
-        core_step_scale: under an Adam-like optimizer, how far TT cores move per step relative to the optimizer's step: "auto" (the default) moves the cores of token tables and vocabulary heads 12 times as far and leaves every other layer's alone; a number applies to every TT layer (1: the optimizer's own steps). SGD steps stay (docs/METHOD.md §2.2).
+        core_step_scale: under an Adam-like optimizer, how far TT cores move per step relative to the optimizer's step: "auto" (the default) moves the cores of token tables and vocabulary heads 12 times as far (4 from trained weights, init="svd") and leaves every other layer's alone; a number applies to every TT layer (1: the optimizer's own steps). SGD steps stay (docs/METHOD.md §2.2).
         tensorize: which layers become tensor trains and how (the CLI's comera.tensorize section); None: the defaults.
         distill: compressing a trained model, its frozen dense copy as the teacher of its tensorized self (``DistillConfig``); None: none.
         log_bond_ranks: True or "layer": log each TT layer's mean active rank; "bond": every bond's; False: no ranks.
@@ -106,7 +106,7 @@ class ComeraCallback(Callback):
         self.stage_objective = _stage_objective(b)
         self.loss_target = LossTarget(b.loss_target, b.loss_target_metric)
         self.gate_optimizer = GateOptimizer(b.gate_lr, follow_schedule=b.late_objective != "paper")
-        self.core_steps = CoreStepScale(core_step_scale)
+        self.core_steps = CoreStepScale(core_step_scale, trained=self.tensorize_config.init == "svd")
         trained = self.tensorize_config.init == "svd" and b.late_objective == "budget"  # the trained-model schedule
         self.events = StageEvents(self.schedule, self.stage_objective, self.loss_target, self.gate_optimizer, b.cut, trained)
         self.teacher = Teacher(distill)

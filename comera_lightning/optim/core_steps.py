@@ -15,6 +15,11 @@ steps"): stretching the vocabulary layers' steps and no others beats one constan
 previous default, 6 everywhere: it left a Llama classifier at chance and a byte-level model 8 % behind) and
 three rules derived per layer or per core from the cores' norms and steps, at every LR of the sweep.
 
+From trained weights (``init="svd"``: a trained model compressed) the token cores start trained, and ``"auto"``
+stretches them ``TRAINED_VOCABULARY_STEP_SCALE`` (4) times instead: twelvefold steps at a fine-tuning LR pushed a
+trained Llama's table off what it knew within the warm-up (its training loss 3.04 -> 3.58 in 11 steps, before any
+cut; docs/COMPRESS_LM.md, "Token steps from trained weights").
+
 ``scale`` a number: every TT layer's cores move that many times as far (1: the optimizer's own steps; the
 paper's configs). Only Adam-like optimizers (``normalises_steps``) are followed; under SGD a core's
 gradient already carries the other cores' size. The user's optimizer, its param groups, weight decay and
@@ -35,13 +40,18 @@ from torch import nn
 
 from comera_lightning._checks import check_number
 
-__all__ = ["DEFAULT_CORE_STEP_SCALE", "VOCABULARY_STEP_SCALE", "CoreStepScale", "normalises_steps", "is_vocabulary_layer"]
+__all__ = ["DEFAULT_CORE_STEP_SCALE", "TRAINED_VOCABULARY_STEP_SCALE", "VOCABULARY_STEP_SCALE", "CoreStepScale",
+           "normalises_steps", "is_vocabulary_layer"]
 
 #: The default rule: the cores indexed by tokens stretched, every other core left alone (module docstring).
 DEFAULT_CORE_STEP_SCALE = "auto"
 #: How far a vocabulary layer's cores move under ``"auto"``, relative to the optimizer's step. Chosen on the
 #: quality race (docs/TUNING_STEP_RULE.md, "Core steps": 3, 6, 12 and 24 at two LRs on two model families).
 VOCABULARY_STEP_SCALE = 12.0
+#: The same from trained weights (``trained=True``): of 1, 2, 4 and 12 on two trained Llamas (BPE, bytes), two seeds, 10 %
+#: and 25 % extra steps, the one no worse than 12 on average anywhere (docs/COMPRESS_LM.md, "Token steps from trained
+#: weights").
+TRAINED_VOCABULARY_STEP_SCALE = 4.0
 
 CoreStepScaleArg = Union[float, Literal["auto"]]
 
@@ -65,13 +75,18 @@ def is_vocabulary_layer(layer: nn.Module) -> bool:
 
 
 class CoreStepScale:
-    """Stretch the steps every Adam-like optimizer makes on TT cores: by layer kind (``"auto"``) or by one number."""
+    """Stretch the steps every Adam-like optimizer makes on TT cores: by layer kind (``"auto"``) or by one number.
 
-    def __init__(self, scale: CoreStepScaleArg = DEFAULT_CORE_STEP_SCALE) -> None:
+    ``trained``: the layers start from trained weights (``init="svd"``), so ``"auto"`` stretches the token cores
+    ``TRAINED_VOCABULARY_STEP_SCALE`` times, not ``VOCABULARY_STEP_SCALE``; a number is the same either way.
+    """
+
+    def __init__(self, scale: CoreStepScaleArg = DEFAULT_CORE_STEP_SCALE, trained: bool = False) -> None:
         if scale != "auto":
             check_number("core_step_scale", scale, 0.0, low_open=True)
             scale = float(scale)
         self.scale: CoreStepScaleArg = scale
+        self.trained = trained
         # (scale, the layers with the indices of their cores to stretch, how many cores in all): fixed at attach
         self._groups: list[tuple[float, list[tuple[nn.Module, list[int]]], int]] = []
         self._hooks: list[Any] = []
@@ -81,7 +96,9 @@ class CoreStepScale:
     def scale_for(self, layer: nn.Module) -> float:
         """How far ``layer``'s stretched cores (``cores_to_stretch``) move per step, relative to the optimizer's step."""
         if self.scale == "auto":
-            return VOCABULARY_STEP_SCALE if is_vocabulary_layer(layer) else 1.0
+            if not is_vocabulary_layer(layer):
+                return 1.0
+            return TRAINED_VOCABULARY_STEP_SCALE if self.trained else VOCABULARY_STEP_SCALE
         return float(self.scale)
 
     def cores_to_stretch(self, layer: nn.Module) -> list[int]:

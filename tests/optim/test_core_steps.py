@@ -8,9 +8,10 @@ import pytest
 import torch
 from torch import nn
 
-from comera_lightning import ComeraCallback, tensorize
+from comera_lightning import ComeraCallback, TensorizeConfig, tensorize
 from comera_lightning.layers import TTLinear
-from comera_lightning.optim.core_steps import VOCABULARY_STEP_SCALE, CoreStepScale, is_vocabulary_layer
+from comera_lightning.optim.core_steps import (TRAINED_VOCABULARY_STEP_SCALE, VOCABULARY_STEP_SCALE, CoreStepScale,
+                                               is_vocabulary_layer)
 from comera_lightning.rank import prune_, tt_layers
 from tests.helpers.plain_modules import PlainClassifier, loaders
 
@@ -104,11 +105,13 @@ def test_tensorize_marks_the_token_table_and_the_vocabulary_head_as_vocabulary_l
     assert kinds == {"embed": True, "mlp": False, "proj": False, "lm_head": True}
 
 
-def test_auto_stretches_only_the_vocabulary_layers_steps():
+@pytest.mark.parametrize("trained, vocabulary_scale", [(False, VOCABULARY_STEP_SCALE), (True, TRAINED_VOCABULARY_STEP_SCALE)])
+def test_auto_stretches_only_the_vocabulary_layers_steps(trained, vocabulary_scale):
+    """From scratch the token cores move 12x as far; from trained weights (init="svd") 4x."""
     plain, ruled = tiny_lm(), tiny_lm()
     start = copy.deepcopy(plain.state_dict())
     plain_opt, ruled_opt = torch.optim.AdamW(plain.parameters(), lr=1e-3), torch.optim.AdamW(ruled.parameters(), lr=1e-3)
-    rule = CoreStepScale("auto")
+    rule = CoreStepScale("auto", trained=trained)
     rule.attach(layers_of(ruled), [ruled_opt])
     assert {id(layer) for layer in rule.stretched_layers()} == {id(ruled.embed), id(ruled.lm_head)}
     for model, optimizer in ((plain, plain_opt), (ruled, ruled_opt)):
@@ -119,7 +122,7 @@ def test_auto_stretches_only_the_vocabulary_layers_steps():
     head_out = [f"lm_head.cores.{k}" for k in range(len(ruled.lm_head.in_modes), len(ruled.lm_head.cores))]
     for name, param in ruled.named_parameters():
         plain_step = dict(plain.named_parameters())[name].detach() - start[name]
-        factor = VOCABULARY_STEP_SCALE if name.startswith("embed.cores") or name in head_out else 1.0
+        factor = vocabulary_scale if name.startswith("embed.cores") or name in head_out else 1.0
         torch.testing.assert_close(param.detach() - start[name], factor * plain_step, rtol=1e-4, atol=1e-7, msg=name)
 
 
@@ -141,6 +144,13 @@ def test_auto_adds_no_hooks_to_a_model_without_vocabulary_layers():
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     CoreStepScale().attach(layers_of(model), [optimizer])
     assert not optimizer._optimizer_step_pre_hooks and not optimizer._optimizer_step_post_hooks
+
+
+@pytest.mark.parametrize("init, trained", [("svd", True), ("random", False)])
+def test_the_callback_takes_the_trained_rule_when_it_starts_from_trained_weights(init, trained):
+    callback = ComeraCallback(tensorize=TensorizeConfig(init=init))
+    assert callback.core_steps.trained is trained
+    assert callback.core_steps.scale_for(tiny_lm().embed) == (TRAINED_VOCABULARY_STEP_SCALE if trained else VOCABULARY_STEP_SCALE)
 
 
 @pytest.mark.parametrize("scale", [0.0, -1.0, float("nan"), "fast"])
