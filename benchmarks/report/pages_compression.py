@@ -25,10 +25,17 @@ DLRM = seeded("compress_dlrm", {"": 2, "_gate_lr_1e-3": 2, "_tt_tables": 2, "_di
 
 SIZES = ("Each path's validation loss at every size it was run at, from `python -m benchmarks.quality.compress --ft-lr "
          "3e-3` (`[--seed 1]`, `[--extra 0.1]`, `--compressions 2,4` / `8` / `32`): the files below and those of the "
-         "other compression pages; where a file holds a rerun from "
-         "today's trained start (`comera_dense_start`, `<path>_dense_start_ranks`: the dense-size start of 2026-11-29), "
-         "the rerun is the row shown. 10 % at 8× and 32×: `--extra 0.1 --compressions 8,32 --systems "
+         "other compression pages, a seed's latest rerun under a later default in place of its row (2× and 4×: "
+         "[today's defaults](compression_today.md)). 10 % at 8× and 32×: `--extra 0.1 --compressions 8,32 --systems "
          "comera,svd_ft,fwsvd_ft,prune_ft [--seed 1]` (`_8x_32x_extra10`, 2026-11-30).")
+#: A width-64 language model's compress files: 2x/4x, 8x, 32x at 25 % extra steps, the same at 10 %, and their reruns
+#: under the token-step rule from trained weights (2026-11-30), which take the place of the rows before it.
+LM_FILES = {"": 2, "_8x": 2, "_32x": 2, "_extra10": 2, "_8x_32x_extra10": 2, "_token_steps_4": 2, "_token_steps_4_extra10": 2}
+TOKEN_STEPS = ("`python -m benchmarks.quality.compress --ft-lr 3e-3 --threads 1 --no-served --systems comera,svd_ft,fwsvd_ft "
+               "--compressions 2,4` with the flags each file's note gives (`--vocab-size 261` for bytes, `--model "
+               "gpt2:64:4` for GPT-2), 2026-11-30: today's defaults, whose token cores move 4x the optimizer's step from "
+               "trained weights at 2x and 4x (12x before; [the sweep](compression_token_steps.md)), and the plain paths at "
+               "their ranks; the dense models are those of the other compression pages.")
 HIGH = ("`python -m benchmarks.quality.compress --ft-lr 3e-3 --threads 1 --no-served --systems "
         "comera,svd_ft,fwsvd_ft,prune_ft,small` (2026-11-30), 25 % extra steps:")
 
@@ -142,30 +149,30 @@ COMPRESSION_PAGES = [
          "and 32×, with 25 % or 10 % extra steps: which path is best at each size, and where does a model of that size "
          "trained from scratch win?", [
              Section("The trained Llama (width 64, BPE) at every size",
-                     seeded("compress_llama-64x4", {"": 2, "_8x": 2, "_32x": 2, "_extra10": 2, "_8x_32x_extra10": 2}), FRONTIER, SIZES),
+                     seeded("compress_llama-64x4", LM_FILES), FRONTIER, SIZES),
              Section("The trained byte Llama (width 64) at every size",
-                     seeded("compress_byte_llama-64x4", {"": 2, "_8x": 2, "_32x": 2, "_extra10": 2, "_8x_32x_extra10": 2}), FRONTIER,
+                     seeded("compress_byte_llama-64x4", LM_FILES), FRONTIER,
                      "The same, `--vocab-size 261`."),
              Section("The trained GPT-2 (width 64, BPE) at every size",
-                     seeded("compress_gpt2-64x4", {"": 2, "_8x": 2, "_32x": 2, "_extra10": 2, "_8x_32x_extra10": 2}), FRONTIER,
+                     seeded("compress_gpt2-64x4", LM_FILES), FRONTIER,
                      "The same, `--model gpt2:64:4`."),
-             Section("The wider Llama (width 96, BPE)", seeded("compress_llama-96x4", {"": 2}), FRONTIER,
+             Section("The wider Llama (width 96, BPE)", seeded("compress_llama-96x4", {"": 2, "_token_steps_4": 2}), FRONTIER,
                      "The same, `--model llama:96:4`."),
-             Section("The wider byte Llama (width 96)", seeded("compress_byte_llama-96x4", {"": 2}), FRONTIER,
+             Section("The wider byte Llama (width 96)", seeded("compress_byte_llama-96x4", {"": 2, "_token_steps_4": 2}), FRONTIER,
                      "The same, `--model llama:96:4 --vocab-size 261`."),
              Section("The trained Llama (width 64) compressed 32×", "compress_llama-64x4_32x.json", f"{OURS}:compress_runs",
                      f"{HIGH} `--compressions 32 [--seed 1]`."),
              Section("The same, seed 1", "compress_llama-64x4_32x_seed1.json", f"{OURS}:compress_runs"),
              Section("The trained byte Llama (width 64) compressed 8×", "compress_byte_llama-64x4_8x.json",
-                     f"{OURS}:compress_runs", f"{HIGH} `--vocab-size 261 --compressions 8 [--seed 1]`."),
+                     f"{OURS}:compress_runs", "The same, `--vocab-size 261 --compressions 8 [--seed 1]`."),
              Section("The same, seed 1", "compress_byte_llama-64x4_8x_seed1.json", f"{OURS}:compress_runs"),
              Section("The trained byte Llama (width 64) compressed 32×", "compress_byte_llama-64x4_32x.json",
-                     f"{OURS}:compress_runs", f"{HIGH} `--vocab-size 261 --compressions 32 [--seed 1]`."),
+                     f"{OURS}:compress_runs", "The same, `--vocab-size 261 --compressions 32 [--seed 1]`."),
              Section("The same, seed 1", "compress_byte_llama-64x4_32x_seed1.json", f"{OURS}:compress_runs"),
              Section("The trained GPT-2 (width 64) compressed 8×, at LR 3e-3", "compress_gpt2-64x4_8x.json", f"{OURS}:compress_runs"),
              Section("The same GPT-2 compressed 8×, seed 1", "compress_gpt2-64x4_8x_seed1.json", f"{OURS}:compress_runs"),
              Section("The trained GPT-2 (width 64) compressed 32×", "compress_gpt2-64x4_32x.json", f"{OURS}:compress_runs",
-                     f"{HIGH} `--model gpt2:64:4 --compressions 32 [--seed 1]`."),
+                     "The same, `--model gpt2:64:4 --compressions 32 [--seed 1]`."),
              Section("The same, seed 1", "compress_gpt2-64x4_32x_seed1.json", f"{OURS}:compress_runs"),
          ]),
     Page("compression_budgets", "Trained language models at other budgets", "The trained Llama and GPT-2 of the "
@@ -223,15 +230,19 @@ COMPRESSION_PAGES = [
     Page("compression_masked_lm", "A trained masked LM compressed", "The package's CodeBERT-like masked LM, trained "
          "on Python source, compressed: how much masked-token accuracy does each size keep, against the plain paths?", [
              Section("A trained CodeBERT-like masked LM compressed 4× and 8×",
-                     seeded("compress_codebert", {"": 2, "_dense_start": 1, "_dense_size_start": 2, "_core_steps_auto_others_2": 2}),
+                     seeded("compress_codebert", {"": 2, "_dense_start": 1, "_dense_size_start": 2, "_core_steps_auto_others_2": 2,
+                                                  "_token_steps_4": 2}),
                      f"{OURS}:pairs_by_seed", "`python -m benchmarks.quality.compress_pairs --model codebert "
                      "--compressions 4,8 [--seed 1]`: the package's `MaskedLanguageModel` at `configs/codebert_tiny.yaml`'s "
                      "shape on 200 files of the Python standard library, trained dense 976 steps, then 244 more (25 %); "
                      "accuracy is the masked-token accuracy; the mean of seeds 0 and 1. `compress_codebert_dense_start`: "
                      "4× rerun from 2026-11-29's trained start (seed 0); `compress_codebert_dense_size_start`: "
-                     f"{DENSE_SIZE_START}; `compress_codebert_core_steps_auto_others_2`: {AUTO_OTHERS_2}."),
+                     f"{DENSE_SIZE_START}; `compress_codebert_core_steps_auto_others_2`: {AUTO_OTHERS_2}; "
+                     "`compress_codebert_token_steps_4`: today's defaults (the head's token cores 4x from trained weights, "
+                     "12x before; `--systems comera,svd_ft --no-served [--seed 1]`, 2026-11-30)."),
              Section("A trained CodeBERT-like masked LM at `codebert_small`'s shape compressed 4×",
-                     seeded("compress_codebert_small", {"": 1, "_dense_start": 2}),
+                     (*seeded("compress_codebert_small", {"": 1, "_dense_start": 2}),
+                      "compress_codebert_small_token_steps_4_seed1.json"),
                      f"{OURS}:pairs_by_seed", "`python -m benchmarks.quality.compress_pairs --model codebert_small --epochs 1 "
                      "--compressions 4 --systems comera,svd_ft` (and `comera,small`: the same comera figures, the small row from "
                      "it): `configs/codebert_small.yaml`'s model (d_model 384, 4 "
@@ -240,8 +251,29 @@ COMPRESSION_PAGES = [
                      "steps), then 292 more (25 %); seed 0. `compress_codebert_small_dense_start`: the same command "
                      "(`--no-served`) after 2026-11-29's trained-start rule: the start at 2.0× smaller, was 2.5×; its seed 1 "
                      "(2026-11-30, `--systems comera,svd_ft,small --seed 1`) has its own split of the files: 1,073 dense "
-                     "steps and 268 more, and its own small row."),
+                     "steps and 268 more, and its own small row. `compress_codebert_small_token_steps_4_seed1`: seed 1 "
+                     "again under today's token-step rule from trained weights (`--systems comera,svd_ft --no-served "
+                     "--seed 1`, 2026-11-30; seed 0's dense model, 34 minutes to train, was not in this host's cache)."),
          ]),
+    Page("compression_token_steps", "Token steps from trained weights", "How far should a trained token table's "
+         "and vocabulary head's cores move per step when the model is compressed?", [
+             Section(f"{name}, seed {seed}: the token cores' step", f"compress_token_steps_{model}{'_seed1' if seed else ''}.json",
+                     f"{OURS}:compress_runs", "" if (model, seed) != ("llama-64x4", 0) else
+                     "The token cores' step, relative to the optimizer's, from the trained weights of the compression pages "
+                     "(each seed its own dense model), 268 extra steps (25 %) and 108 (10 %, rows `_extra10`), LR 3e-3; "
+                     "today's defaults under the rule, beside the plain paths at their ranks: [today's "
+                     "defaults](compression_today.md).")
+             for model, name in (("llama-64x4", "The Llama (width 64, BPE)"), ("byte_llama-64x4", "The byte Llama (width 64)"),
+                                 ("gpt2-64x4", "GPT-2 (width 64, BPE)")) for seed in (0, 1)]),
+    Page("compression_today", "Trained language models under today's defaults", "Trained language models compressed 2× "
+         "and 4× under today's defaults (the token-step rule from trained weights): where does CoMERA stand against the "
+         "plain paths at its own ranks?", [
+             Section(f"{name}, {extra} extra steps, seed {seed}", f"compress_{model}_token_steps_4{suffix}{'_seed1' if seed else ''}.json",
+                     f"{OURS}:compress_runs", TOKEN_STEPS if (model, seed, suffix) == ("llama-64x4", 0, "") else "")
+             for model, name in (("llama-64x4", "The Llama"), ("byte_llama-64x4", "The byte Llama"), ("gpt2-64x4", "GPT-2"),
+                                 ("llama-96x4", "The wider Llama (width 96)"), ("byte_llama-96x4", "The wider byte Llama"))
+             for suffix, extra in (("", "25 %"), ("_extra10", "10 %")) for seed in (0, 1)
+             if not (model.endswith("96x4") and suffix)]),
     Page("compression_tables", "A trained DLRM's tables compressed", "A trained DLRM's embedding tables compressed: how "
          "much AUC does each size keep, against the plain paths a user would write instead, and how small and fast is it "
          "served?", [

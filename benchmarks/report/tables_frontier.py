@@ -11,30 +11,34 @@ HEADLINE = {"comera": "CoMERA (the defaults)", "svd_ft": "SVD + fine-tuning at C
             "prune_ft": "magnitude pruning to CoMERA's count + fine-tuning",
             "small": "dense of CoMERA's size from scratch, all the steps"}
 FT_LR = 3e-3
+#: Reruns of a path under a later default, by the tag their rows carry (``comera_<tag>``, ``<path>_<tag>_ranks``): a
+#: higher number takes the place of the path's own row and of an earlier rerun, in whichever file of the seed it is.
+RERUNS = {"dense_start": 1, "token_steps_4": 2}
 
 
 def _headline_of(system: str) -> tuple[str, int] | None:
-    """(headline path, priority) of a run's system: a rerun from today's trained start (``comera_dense_start``,
-    ``<path>_dense_start_ranks``) takes the place of its path's own row."""
-    if system == "comera_dense_start":
-        return "comera", 1
-    base = system.removesuffix("_dense_start_ranks")
-    if base != system and base in HEADLINE:
-        return base, 1
+    """(headline path, precedence) of a run's system: 0 for the path's own row, ``RERUNS[tag]`` for a rerun."""
+    for tag, precedence in RERUNS.items():
+        if system == f"comera_{tag}":
+            return "comera", precedence
+        base = system.removesuffix(f"_{tag}_ranks")
+        if base != system and base in HEADLINE:
+            return base, precedence
     return (system, 0) if system in HEADLINE else None
 
 
-def _headline_runs(result: dict[str, Any]) -> dict[tuple[str, float], float]:
-    """(path, compression) → validation loss of one file's headline runs at ``FT_LR`` (``small`` at whatever LR: it
-    trains from scratch at the dense model's)."""
-    chosen: dict[tuple[str, float], tuple[int, float]] = {}
-    for run in result["runs"]:
-        headline = _headline_of(run["system"])
-        if headline is None or (headline[0] != "small" and abs(run["ft_lr"] - FT_LR) > 1e-12):
-            continue
-        key, priority = (headline[0], run["compression"]), headline[1]
-        if key not in chosen or priority > chosen[key][0]:
-            chosen[key] = (priority, run["val_loss"])
+def _headline_runs(results: dict[str, dict[str, Any]]) -> dict[tuple[float, str, float, int], float]:
+    """(extra, path, compression, seed) → validation loss of the headline runs at ``FT_LR`` (``small`` at whatever LR: it
+    trains from scratch at the dense model's), each the latest rerun found in any of the files."""
+    chosen: dict[tuple[float, str, float, int], tuple[int, float]] = {}
+    for result in results.values():
+        for run in result["runs"]:
+            headline = _headline_of(run["system"])
+            if headline is None or (headline[0] != "small" and abs(run["ft_lr"] - FT_LR) > 1e-12):
+                continue
+            key = (result["args"]["extra"], headline[0], run["compression"], result["args"]["seed"])
+            if key not in chosen or headline[1] > chosen[key][0]:
+                chosen[key] = (headline[1], run["val_loss"])
     return {key: loss for key, (_, loss) in chosen.items()}
 
 
@@ -43,9 +47,8 @@ def lm_frontier(results: dict[str, dict[str, Any]]) -> str:
     ran it (their count beside it when fewer than the most), the lowest of each column of a budget in bold."""
     cells: dict[tuple[float, str], dict[float, list[float]]] = {}
     dense = {result["args"]["seed"]: result["dense"]["final_val_loss"] for result in results.values()}
-    for result in results.values():
-        for (path, compression), loss in _headline_runs(result).items():
-            cells.setdefault((result["args"]["extra"], path), {}).setdefault(compression, []).append(loss)
+    for (extra, path, compression, _), loss in sorted(_headline_runs(results).items()):
+        cells.setdefault((extra, path), {}).setdefault(compression, []).append(loss)
     compressions = sorted({c for row in cells.values() for c in row})
     seeds = max(len(losses) for row in cells.values() for losses in row.values())
     lines = [f"Dense, trained: validation loss {sum(dense.values()) / len(dense):.3f} (the mean over seeds "

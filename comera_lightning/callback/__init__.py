@@ -58,7 +58,7 @@ class ComeraCallback(Callback):
         budget: how small the TT layers end, when they shrink, what they may not lose (``BudgetConfig``; the CLI's
             comera.budget section); None: the defaults. The arguments early_steps ... size_surrogate below, like
             early_epochs, target_ratio and rank_weight above, override its fields of the same name (None: its value).
-        core_step_scale: under an Adam-like optimizer, how far TT cores move per step relative to the optimizer's step: "auto" (the default) moves the cores of token tables and vocabulary heads 12 times as far (4 from trained weights, init="svd") and leaves every other layer's alone; a number applies to every TT layer (1: the optimizer's own steps). SGD steps stay (docs/METHOD.md §2.2).
+        core_step_scale: under an Adam-like optimizer, how far TT cores move per step relative to the optimizer's step: "auto" (the default) moves the cores of token tables and vocabulary heads 12 times as far (4 from trained weights, init="svd", to a budget of at most 4x) and leaves every other layer's alone; a number applies to every TT layer (1: the optimizer's own steps). SGD steps stay (docs/METHOD.md §2.2).
         tensorize: which layers become tensor trains and how (the CLI's comera.tensorize section); None: the defaults.
         distill: compressing a trained model, its frozen dense copy as the teacher of its tensorized self (``DistillConfig``); None: none.
         log_bond_ranks: True or "layer": log each TT layer's mean active rank; "bond": every bond's; False: no ranks.
@@ -106,7 +106,7 @@ class ComeraCallback(Callback):
         self.stage_objective = _stage_objective(b)
         self.loss_target = LossTarget(b.loss_target, b.loss_target_metric)
         self.gate_optimizer = GateOptimizer(b.gate_lr, follow_schedule=b.late_objective != "paper")
-        self.core_steps = CoreStepScale(core_step_scale, trained=self.tensorize_config.init == "svd")
+        self.core_steps = CoreStepScale(core_step_scale)
         trained = self.tensorize_config.init == "svd" and b.late_objective == "budget"  # the trained-model schedule
         self.events = StageEvents(self.schedule, self.stage_objective, self.loss_target, self.gate_optimizer, b.cut, trained)
         self.teacher = Teacher(distill)
@@ -146,7 +146,13 @@ class ComeraCallback(Callback):
                                    after_step=self.stage_objective.bank.latch_)
         self.gate_optimizer.follow_scaler(getattr(trainer.precision_plugin, "scaler", None))
         self.events.hold_gates()
+        if self.tensorize_config.init == "svd":  # from trained weights: how far the budget cuts decides the token steps
+            self.core_steps.trained_compression = _compression_asked(pl_module, self.budget_config, layers)
         self.core_steps.attach(layers, trainer.optimizers)
+        stretched = self.core_steps.stretched_layers()
+        if stretched and self.core_steps.scale == "auto" and self.core_steps.trained_compression is not None:
+            rank_zero_info(f"ComeraCallback: from trained weights to {self.core_steps.trained_compression:g}x: the token "
+                           f"cores move {self.core_steps.scale_for(stretched[0]):g}x the optimizer's step.")
 
     @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -273,6 +279,14 @@ def _tensorize_module(pl_module: pl.LightningModule, config: TensorizeConfig, ob
 
 def _budget_end_size(budget: BudgetConfig, pl_module: pl.LightningModule, layers: list, size_at_switch: float) -> float:
     return budget.end_size(size_at_switch, compression_stats(pl_module), beside_cores(layers))
+
+
+def _compression_asked(pl_module: pl.LightningModule, budget: BudgetConfig, layers: list) -> float:
+    """How many times smaller than dense the budget ends the tensorized layers (a target_ratio: of their size now)."""
+    if budget.asked_compression is not None:
+        return budget.asked_compression
+    stats = compression_stats(pl_module)
+    return stats.dense_tt_parameters / max(1.0, budget.end_size(float(stats.tt_parameters), stats, beside_cores(layers)))
 
 
 _SHORTCUTS = [name for name in BudgetConfig.option_names() if f"        {name}: " not in ComeraCallback.__doc__]

@@ -15,10 +15,12 @@ steps"): stretching the vocabulary layers' steps and no others beats one constan
 previous default, 6 everywhere: it left a Llama classifier at chance and a byte-level model 8 % behind) and
 three rules derived per layer or per core from the cores' norms and steps, at every LR of the sweep.
 
-From trained weights (``init="svd"``: a trained model compressed) the token cores start trained, and ``"auto"``
+From trained weights (``init="svd"``: a trained model compressed) to a budget of at most
+``TRAINED_MILD_COMPRESSION`` (4x), the token cores start with most of what their rows learned, and ``"auto"``
 stretches them ``TRAINED_VOCABULARY_STEP_SCALE`` (4) times instead: twelvefold steps at a fine-tuning LR pushed a
 trained Llama's table off what it knew within the warm-up (its training loss 3.04 -> 3.58 in 11 steps, before any
-cut; docs/COMPRESS_LM.md, "Token steps from trained weights").
+cut). Cut further (8x starts them 4x smaller, 32x 16x), the rows re-learn as from scratch and 12x did better
+(docs/COMPRESS_LM.md, "Token steps from trained weights").
 
 ``scale`` a number: every TT layer's cores move that many times as far (1: the optimizer's own steps; the
 paper's configs). Only Adam-like optimizers (``normalises_steps``) are followed; under SGD a core's
@@ -40,18 +42,19 @@ from torch import nn
 
 from comera_lightning._checks import check_number
 
-__all__ = ["DEFAULT_CORE_STEP_SCALE", "TRAINED_VOCABULARY_STEP_SCALE", "VOCABULARY_STEP_SCALE", "CoreStepScale",
-           "normalises_steps", "is_vocabulary_layer"]
+__all__ = ["DEFAULT_CORE_STEP_SCALE", "TRAINED_MILD_COMPRESSION", "TRAINED_VOCABULARY_STEP_SCALE", "VOCABULARY_STEP_SCALE",
+           "CoreStepScale", "normalises_steps", "is_vocabulary_layer"]
 
 #: The default rule: the cores indexed by tokens stretched, every other core left alone (module docstring).
 DEFAULT_CORE_STEP_SCALE = "auto"
 #: How far a vocabulary layer's cores move under ``"auto"``, relative to the optimizer's step. Chosen on the
 #: quality race (docs/TUNING_STEP_RULE.md, "Core steps": 3, 6, 12 and 24 at two LRs on two model families).
 VOCABULARY_STEP_SCALE = 12.0
-#: The same from trained weights (``trained=True``): of 1, 2, 4 and 12 on two trained Llamas (BPE, bytes), two seeds, 10 %
-#: and 25 % extra steps, the one no worse than 12 on average anywhere (docs/COMPRESS_LM.md, "Token steps from trained
-#: weights").
+#: The same from trained weights to a budget of at most ``TRAINED_MILD_COMPRESSION``: of 1, 2, 4 and 12 at 2x and 4x on
+#: two trained Llamas (BPE, bytes), two seeds, 10 % and 25 % extra steps, the one no worse than 12 on average anywhere;
+#: at 32x with 10 % extra steps 12 was better on all six runs (docs/COMPRESS_LM.md, "Token steps from trained weights").
 TRAINED_VOCABULARY_STEP_SCALE = 4.0
+TRAINED_MILD_COMPRESSION = 4.0
 
 CoreStepScaleArg = Union[float, Literal["auto"]]
 
@@ -77,16 +80,17 @@ def is_vocabulary_layer(layer: nn.Module) -> bool:
 class CoreStepScale:
     """Stretch the steps every Adam-like optimizer makes on TT cores: by layer kind (``"auto"``) or by one number.
 
-    ``trained``: the layers start from trained weights (``init="svd"``), so ``"auto"`` stretches the token cores
-    ``TRAINED_VOCABULARY_STEP_SCALE`` times, not ``VOCABULARY_STEP_SCALE``; a number is the same either way.
+    ``trained_compression``: the layers start from trained weights (``init="svd"``) and the budget ends them this many
+    times smaller than dense (None: from scratch); at most ``TRAINED_MILD_COMPRESSION``, ``"auto"`` stretches the token
+    cores ``TRAINED_VOCABULARY_STEP_SCALE`` times, not ``VOCABULARY_STEP_SCALE``. A number is the same either way.
     """
 
-    def __init__(self, scale: CoreStepScaleArg = DEFAULT_CORE_STEP_SCALE, trained: bool = False) -> None:
+    def __init__(self, scale: CoreStepScaleArg = DEFAULT_CORE_STEP_SCALE, trained_compression: float | None = None) -> None:
         if scale != "auto":
             check_number("core_step_scale", scale, 0.0, low_open=True)
             scale = float(scale)
         self.scale: CoreStepScaleArg = scale
-        self.trained = trained
+        self.trained_compression = trained_compression
         # (scale, the layers with the indices of their cores to stretch, how many cores in all): fixed at attach
         self._groups: list[tuple[float, list[tuple[nn.Module, list[int]]], int]] = []
         self._hooks: list[Any] = []
@@ -98,7 +102,8 @@ class CoreStepScale:
         if self.scale == "auto":
             if not is_vocabulary_layer(layer):
                 return 1.0
-            return TRAINED_VOCABULARY_STEP_SCALE if self.trained else VOCABULARY_STEP_SCALE
+            mild = self.trained_compression is not None and self.trained_compression <= TRAINED_MILD_COMPRESSION
+            return TRAINED_VOCABULARY_STEP_SCALE if mild else VOCABULARY_STEP_SCALE
         return float(self.scale)
 
     def cores_to_stretch(self, layer: nn.Module) -> list[int]:

@@ -13,6 +13,8 @@ from comera_lightning.layers import TTLinear
 from comera_lightning.optim.core_steps import (TRAINED_VOCABULARY_STEP_SCALE, VOCABULARY_STEP_SCALE, CoreStepScale,
                                                is_vocabulary_layer)
 from comera_lightning.rank import prune_, tt_layers
+from comera_lightning.schedule import BudgetConfig
+from tests.helpers.callback_runs import trainer
 from tests.helpers.plain_modules import PlainClassifier, loaders
 
 
@@ -105,13 +107,14 @@ def test_tensorize_marks_the_token_table_and_the_vocabulary_head_as_vocabulary_l
     assert kinds == {"embed": True, "mlp": False, "proj": False, "lm_head": True}
 
 
-@pytest.mark.parametrize("trained, vocabulary_scale", [(False, VOCABULARY_STEP_SCALE), (True, TRAINED_VOCABULARY_STEP_SCALE)])
-def test_auto_stretches_only_the_vocabulary_layers_steps(trained, vocabulary_scale):
-    """From scratch the token cores move 12x as far; from trained weights (init="svd") 4x."""
+@pytest.mark.parametrize("trained_compression, vocabulary_scale",
+                         [(None, VOCABULARY_STEP_SCALE), (4.0, TRAINED_VOCABULARY_STEP_SCALE), (8.0, VOCABULARY_STEP_SCALE)])
+def test_auto_stretches_only_the_vocabulary_layers_steps(trained_compression, vocabulary_scale):
+    """From scratch the token cores move 12x as far; from trained weights to a budget of at most 4x, 4x; beyond, 12x."""
     plain, ruled = tiny_lm(), tiny_lm()
     start = copy.deepcopy(plain.state_dict())
     plain_opt, ruled_opt = torch.optim.AdamW(plain.parameters(), lr=1e-3), torch.optim.AdamW(ruled.parameters(), lr=1e-3)
-    rule = CoreStepScale("auto", trained=trained)
+    rule = CoreStepScale("auto", trained_compression=trained_compression)
     rule.attach(layers_of(ruled), [ruled_opt])
     assert {id(layer) for layer in rule.stretched_layers()} == {id(ruled.embed), id(ruled.lm_head)}
     for model, optimizer in ((plain, plain_opt), (ruled, ruled_opt)):
@@ -146,11 +149,12 @@ def test_auto_adds_no_hooks_to_a_model_without_vocabulary_layers():
     assert not optimizer._optimizer_step_pre_hooks and not optimizer._optimizer_step_post_hooks
 
 
-@pytest.mark.parametrize("init, trained", [("svd", True), ("random", False)])
-def test_the_callback_takes_the_trained_rule_when_it_starts_from_trained_weights(init, trained):
-    callback = ComeraCallback(tensorize=TensorizeConfig(init=init))
-    assert callback.core_steps.trained is trained
-    assert callback.core_steps.scale_for(tiny_lm().embed) == (TRAINED_VOCABULARY_STEP_SCALE if trained else VOCABULARY_STEP_SCALE)
+@pytest.mark.parametrize("init, compression, asked", [("svd", 2.0, 2.0), ("svd", 8.0, 8.0), ("random", 2.0, None)])
+def test_the_callback_tells_the_step_rule_how_far_a_trained_model_is_cut(tmp_path, init, compression, asked):
+    callback = ComeraCallback(tensorize=TensorizeConfig(init=init, min_compression=1.0),
+                              budget=BudgetConfig(compression=compression))
+    trainer(tmp_path, [callback], max_steps=2).fit(PlainClassifier(), *loaders())
+    assert callback.core_steps.trained_compression == asked
 
 
 @pytest.mark.parametrize("scale", [0.0, -1.0, float("nan"), "fast"])
