@@ -54,6 +54,8 @@ VOCABULARY_STEP_SCALE = 12.0
 #: two trained Llamas (BPE, bytes), two seeds, 10 % and 25 % extra steps, the one no worse than 12 on average anywhere;
 #: at 32x with 10 % extra steps 12 was better on all six runs (docs/COMPRESS_LM.md, "Token steps from trained weights").
 TRAINED_VOCABULARY_STEP_SCALE = 4.0
+#: The largest budget (times smaller than dense) that takes the trained rule: 2x starts at about the dense size and 4x
+#: at 2x, keeping most of each token row; 8x starts the token layers 4x smaller (there 4 against 12 was a wash).
 TRAINED_MILD_COMPRESSION = 4.0
 
 CoreStepScaleArg = Union[float, Literal["auto"]]
