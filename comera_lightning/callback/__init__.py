@@ -151,8 +151,8 @@ class ComeraCallback(Callback):
         self.core_steps.attach(layers, trainer.optimizers)
         stretched = self.core_steps.stretched_layers()
         if stretched and self.core_steps.scale == "auto" and self.core_steps.trained_compression is not None:
-            rank_zero_info(f"ComeraCallback: from trained weights to {self.core_steps.trained_compression:g}x: the token "
-                           f"cores move {self.core_steps.scale_for(stretched[0]):g}x the optimizer's step.")
+            rank_zero_info(f"ComeraCallback: from trained weights, {self.core_steps.trained_compression:g}x smaller: the "
+                           f"token cores move {self.core_steps.scale_for(stretched[0]):g} times the optimizer's step.")
 
     @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
