@@ -146,13 +146,7 @@ class ComeraCallback(Callback):
                                    after_step=self.stage_objective.bank.latch_)
         self.gate_optimizer.follow_scaler(getattr(trainer.precision_plugin, "scaler", None))
         self.events.hold_gates()
-        if self.tensorize_config.init == "svd":  # from trained weights: how far the budget cuts decides the token steps
-            self.core_steps.trained_compression = _compression_asked(pl_module, self.budget_config, layers)
-        self.core_steps.attach(layers, trainer.optimizers)
-        stretched = self.core_steps.stretched_layers()
-        if stretched and self.core_steps.scale == "auto" and self.core_steps.trained_compression is not None:
-            rank_zero_info(f"ComeraCallback: from trained weights, {self.core_steps.trained_compression:g}x smaller: the "
-                           f"token cores move {self.core_steps.scale_for(stretched[0]):g} times the optimizer's step.")
+        _stretch_core_steps(self.core_steps, pl_module, layers, trainer.optimizers, self.budget_config, self.tensorize_config)
 
     @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -279,6 +273,20 @@ def _tensorize_module(pl_module: pl.LightningModule, config: TensorizeConfig, ob
 
 def _budget_end_size(budget: BudgetConfig, pl_module: pl.LightningModule, layers: list, size_at_switch: float) -> float:
     return budget.end_size(size_at_switch, compression_stats(pl_module), beside_cores(layers))
+
+
+def _stretch_core_steps(core_steps: CoreStepScale, pl_module: pl.LightningModule, layers: list, optimizers: list,
+                        budget: BudgetConfig, config: TensorizeConfig) -> None:
+    """Attach the core step rule to the TT ``layers`` and the ``optimizers``; from trained weights (``init="svd"``), how
+    far the budget cuts them decides the token cores' stretch (``CoreStepScale.trained_compression``), and the log
+    says which."""
+    if config.init == "svd":
+        core_steps.trained_compression = _compression_asked(pl_module, budget, layers)
+    core_steps.attach(layers, optimizers)
+    stretched = core_steps.stretched_layers()
+    if stretched and core_steps.scale == "auto" and core_steps.trained_compression is not None:
+        rank_zero_info(f"ComeraCallback: from trained weights, {core_steps.trained_compression:g}x smaller: the token "
+                       f"cores move {core_steps.scale_for(stretched[0]):g} times the optimizer's step.")
 
 
 def _compression_asked(pl_module: pl.LightningModule, budget: BudgetConfig, layers: list) -> float:

@@ -42,8 +42,15 @@ from torch import nn
 
 from comera_lightning._checks import check_number
 
-__all__ = ["DEFAULT_CORE_STEP_SCALE", "TRAINED_MILD_COMPRESSION", "TRAINED_VOCABULARY_STEP_SCALE", "VOCABULARY_STEP_SCALE",
-           "CoreStepScale", "normalises_steps", "is_vocabulary_layer"]
+__all__ = [
+    "DEFAULT_CORE_STEP_SCALE",
+    "TRAINED_MILD_COMPRESSION",
+    "TRAINED_VOCABULARY_STEP_SCALE",
+    "VOCABULARY_STEP_SCALE",
+    "CoreStepScale",
+    "is_vocabulary_layer",
+    "normalises_steps",
+]
 
 #: The default rule: the cores indexed by tokens stretched, every other core left alone (module docstring).
 DEFAULT_CORE_STEP_SCALE = "auto"
