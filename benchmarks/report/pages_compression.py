@@ -241,8 +241,7 @@ COMPRESSION_PAGES = [
                      "`compress_codebert_token_steps_4`: today's defaults (the head's token cores 4x from trained weights, "
                      "12x before; `--systems comera,svd_ft --no-served [--seed 1]`, 2026-11-30)."),
              Section("A trained CodeBERT-like masked LM at `codebert_small`'s shape compressed 4×",
-                     (*seeded("compress_codebert_small", {"": 1, "_dense_start": 2}),
-                      "compress_codebert_small_token_steps_4_seed1.json"),
+                     seeded("compress_codebert_small", {"": 1, "_dense_start": 2, "_token_steps_4": 2}),
                      f"{OURS}:pairs_by_seed", "`python -m benchmarks.quality.compress_pairs --model codebert_small --epochs 1 "
                      "--compressions 4 --systems comera,svd_ft` (and `comera,small`: the same comera figures, the small row from "
                      "it): `configs/codebert_small.yaml`'s model (d_model 384, 4 "
@@ -251,9 +250,9 @@ COMPRESSION_PAGES = [
                      "steps), then 292 more (25 %); seed 0. `compress_codebert_small_dense_start`: the same command "
                      "(`--no-served`) after 2026-11-29's trained-start rule: the start at 2.0× smaller, was 2.5×; its seed 1 "
                      "(2026-11-30, `--systems comera,svd_ft,small --seed 1`) has its own split of the files: 1,073 dense "
-                     "steps and 268 more, and its own small row. `compress_codebert_small_token_steps_4_seed1`: seed 1 "
-                     "again under today's token-step rule from trained weights (`--systems comera,svd_ft --no-served "
-                     "--seed 1`, 2026-11-30; seed 0's dense model, 34 minutes to train, was not in this host's cache)."),
+                     "steps and 268 more, and its own small row. `compress_codebert_small_token_steps_4`: both seeds again "
+                     "under today's token-step rule from trained weights (`--systems comera,svd_ft --no-served [--seed 1]`, "
+                     "2026-11-30; seed 0's dense model trained anew, the same figures as before)."),
          ]),
     Page("compression_token_steps", "Token steps from trained weights", "How far should a trained token table's "
          "and vocabulary head's cores move per step when the model is compressed?", [
