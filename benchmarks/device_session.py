@@ -60,7 +60,7 @@ def plan(args: argparse.Namespace, out: Path, date: str) -> list[tuple[str, list
     speed = [python, "-m", "benchmarks.training.gpu_speed", "--precisions", "bf16-mixed", "--modes", "eager,graphs,batch1",
              "--out", str(out / f"gpu_speed_{date}.json")]
     steps = [("gpu-tests", [python, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider"], 0.3)] if not args.check else []
-    steps.append(("bench-gpu", [*speed, *(["--check", "--models", "llama60m"] if args.check else [])], 0.6))
+    steps.append(("bench-gpu", [*speed, *(["--check", "--models", "llama60m"] if args.check else [])], 0.6 if args.recipe else 1.0))
     if args.recipe:
         recipe = [python, "-m", "benchmarks.quality.recipe",
                   *(["--check"] if args.check else ["--preset", "60m", "--device", "cuda", "--steps", "300"]),

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from comera_lightning.data.click_logs import ClickSample, collate_click_samples, kjt_from_id_lists
+pytest.importorskip("torchrec")  # the click-log data and the DLRM are built on TorchRec
+
+from comera_lightning.data.click_logs import ClickSample, collate_click_samples, kjt_from_id_lists  # noqa: E402
 
 
 def test_collate_supports_multi_id_and_empty_bags() -> None:

@@ -13,8 +13,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from comera_lightning.data.click_logs import ClickBatch, kjt_from_id_matrix
-from tests.helpers.paths import ROOT, SCRIPTS
+pytest.importorskip("torchrec")  # the click-log data and the DLRM are built on TorchRec
+
+from comera_lightning.data.click_logs import ClickBatch, kjt_from_id_matrix  # noqa: E402
+from tests.helpers.paths import ROOT, SCRIPTS  # noqa: E402
 
 
 def run(out: Path, mode: str) -> list[dict]:

@@ -11,11 +11,13 @@ import torch.nn.functional as F
 import yaml
 from torch.utils.data import DataLoader
 
-from comera_lightning import ComeraCallback, TensorizeConfig
-from comera_lightning.data.criteo import CRITEO_KAGGLE_TABLE_SIZES
-from comera_lightning.data.movielens import MovieLensClicksDataModule
-from comera_lightning.models.dlrm import DLRMClassifier, NormalizedEntropy, binary_entropy
-from tests.helpers.paths import CONFIGS
+pytest.importorskip("torchrec")  # the click-log data and the DLRM are built on TorchRec
+
+from comera_lightning import ComeraCallback, TensorizeConfig  # noqa: E402
+from comera_lightning.data.criteo import CRITEO_KAGGLE_TABLE_SIZES  # noqa: E402
+from comera_lightning.data.movielens import MovieLensClicksDataModule  # noqa: E402
+from comera_lightning.models.dlrm import DLRMClassifier, NormalizedEntropy, binary_entropy  # noqa: E402
+from tests.helpers.paths import CONFIGS  # noqa: E402
 
 COMERA_KEYS = {"early_epochs", "late_epochs", "target_ratio", "rank_weight"}
 TENSORIZE_KEYS = {"max_rank", "target_modules", "embedding_max_rank"}

@@ -7,9 +7,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from comera_lightning.data.click_logs import DatasetNotFoundError
-from comera_lightning.data.criteo import CRITEO_CAT_NAMES, CRITEO_KAGGLE_TABLE_SIZES, CriteoDataModule
-from tests.helpers.criteo_lines import SMALL_SIZES, make_line, write_lines
+pytest.importorskip("torchrec")  # the click-log data and the DLRM are built on TorchRec
+
+from comera_lightning.data.click_logs import DatasetNotFoundError  # noqa: E402
+from comera_lightning.data.criteo import CRITEO_CAT_NAMES, CRITEO_KAGGLE_TABLE_SIZES, CriteoDataModule  # noqa: E402
+from tests.helpers.criteo_lines import SMALL_SIZES, make_line, write_lines  # noqa: E402
 
 
 def test_datamodule_reads_files_and_reports_missing_ones(tmp_path: Path) -> None:

@@ -10,10 +10,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from comera_lightning.data.criteo import CriteoDataModule
-from comera_lightning.data.criteo import npy as criteo_npy
-from comera_lightning.data.criteo.npy import CriteoNpyDataset, convert_criteo_day, is_converted_day
-from comera_lightning.data.criteo.tsv import CriteoIterableDataset
+pytest.importorskip("torchrec")  # the click-log data and the DLRM are built on TorchRec
+
+from comera_lightning.data.criteo import CriteoDataModule  # noqa: E402
+from comera_lightning.data.criteo import npy as criteo_npy  # noqa: E402
+from comera_lightning.data.criteo.npy import CriteoNpyDataset, convert_criteo_day, is_converted_day  # noqa: E402
+from comera_lightning.data.criteo.tsv import CriteoIterableDataset  # noqa: E402
 
 SIZES = [997] * 26
 

@@ -12,11 +12,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from comera_lightning.data.criteo import tsv as criteo_tsv
-from comera_lightning.data.criteo.shards import Block, iter_blocks, shares_of_reader
-from comera_lightning.data.criteo.tsv import CriteoIterableDataset, _parse_lines
-from comera_lightning.data.criteo.vectorised import parse_block
-from tests.helpers.paths import SCRIPTS
+pytest.importorskip("torchrec")  # the click-log data and the DLRM are built on TorchRec
+
+from comera_lightning.data.criteo import tsv as criteo_tsv  # noqa: E402
+from comera_lightning.data.criteo.shards import Block, iter_blocks, shares_of_reader  # noqa: E402
+from comera_lightning.data.criteo.tsv import CriteoIterableDataset, _parse_lines  # noqa: E402
+from comera_lightning.data.criteo.vectorised import parse_block  # noqa: E402
+from tests.helpers.paths import SCRIPTS  # noqa: E402
 
 WIDE = [2**31] * 26
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from comera_lightning.data.criteo import CRITEO_KAGGLE_TABLE_SIZES, SyntheticCriteoDataModule
+pytest.importorskip("torchrec")  # the click-log data and the DLRM are built on TorchRec
+
+from comera_lightning.data.criteo import CRITEO_KAGGLE_TABLE_SIZES, SyntheticCriteoDataModule  # noqa: E402
 
 
 def test_synthetic_at_criteo_cardinalities_is_in_range_with_duplicates() -> None:

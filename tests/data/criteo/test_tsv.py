@@ -10,11 +10,13 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from comera_lightning.data.click_logs import ClickBatch
-from comera_lightning.data.criteo import CRITEO_CAT_NAMES
-from comera_lightning.data.criteo import tsv as criteo_tsv
-from comera_lightning.data.criteo.tsv import CriteoIterableDataset, parse_criteo_line
-from tests.helpers.criteo_lines import SMALL_SIZES, make_line, write_lines
+pytest.importorskip("torchrec")  # the click-log data and the DLRM are built on TorchRec
+
+from comera_lightning.data.click_logs import ClickBatch  # noqa: E402
+from comera_lightning.data.criteo import CRITEO_CAT_NAMES  # noqa: E402
+from comera_lightning.data.criteo import tsv as criteo_tsv  # noqa: E402
+from comera_lightning.data.criteo.tsv import CriteoIterableDataset, parse_criteo_line  # noqa: E402
+from tests.helpers.criteo_lines import SMALL_SIZES, make_line, write_lines  # noqa: E402
 
 
 def c1_values(batches: list[ClickBatch]) -> list[int]:

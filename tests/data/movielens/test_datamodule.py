@@ -7,9 +7,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from comera_lightning.data.click_logs import ClickBatch, DatasetNotFoundError
-from comera_lightning.data.movielens import MovieLensClicksDataModule, locate_movielens_100k
-from comera_lightning.data.wheel_data import DataUnavailableError, locate
+pytest.importorskip("torchrec")  # the click-log data and the DLRM are built on TorchRec
+
+from comera_lightning.data.click_logs import ClickBatch, DatasetNotFoundError  # noqa: E402
+from comera_lightning.data.movielens import MovieLensClicksDataModule, locate_movielens_100k  # noqa: E402
+from comera_lightning.data.wheel_data import DataUnavailableError, locate  # noqa: E402
 
 try:
     _RECBOLE_DIR = locate("recbole", "recbole/dataset_example/ml-100k", download=False)

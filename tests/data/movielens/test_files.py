@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from comera_lightning.data.movielens.files import load_raw, read_atomic_file
+pytest.importorskip("torchrec")  # the click-log data and the DLRM are built on TorchRec
+
+from comera_lightning.data.movielens.files import load_raw, read_atomic_file  # noqa: E402
 
 INTER = "user_id:token\titem_id:token\trating:float\ttimestamp:float"
 
