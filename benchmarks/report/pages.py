@@ -42,6 +42,14 @@ PAGES = [
                      "step_account_llama1b.json", "benchmarks.training.step_account:markdown"),
              Section("The step account in fp32 at batch 2", "step_account_fp32.json",
                      "benchmarks.training.step_account:markdown", "The issue's first way of counting."),
+             Section("The step account with ranks in 16-byte rows", "step_account_aligned.json",
+                     "benchmarks.training.step_account:markdown",
+                     "Ranks derived from fractions round down to a multiple of 8 in layers at least 256 wide "
+                     "(`tensorize/build.py`, `aligned_rank`); \"of them misaligned\": GEMM FLOPs a GPU runs on its "
+                     "slow kernels ([What a step costs a GPU](../STEP_COST.md#the-cut-made-after-it-ranks-in-16-byte-rows))."),
+             Section("The same, the code the H200 ran on 2026-11-30", "step_account_unaligned.json",
+                     "benchmarks.training.step_account:markdown",
+                     "Commit 2694884 (ranks as their fractions gave them), counted with the next commit's counter."),
              Section("The step account before the fifth wave's cuts", "h200/step_account_c7f9c21.json",
                      "benchmarks.training.step_account:markdown",
                      "The code that ran on the H200 on 2026-11-28 (commit c7f9c21), counted the same way."),
@@ -49,10 +57,23 @@ PAGES = [
          ]),
     Page("speed_gpu", "Speed on a GPU", "How fast is a CoMERA step on an H200, measured, and what does the device "
          "model predict for the steps not yet measured?", [
-             Section("Measured: steps/s, bf16, batch 32", "h200/gpu_speed_2026-11-28.json",
+             Section("Measured after the cuts: steps/s, bf16, batch 32 (2026-11-30)", "h200/gpu_speed_2026-11-30.json",
+                     "benchmarks.training.gpu_speed:markdown",
+                     "`python -m benchmarks.device_session --budget 470`: the fifth wave's step cuts, early stage (every "
+                     "rank alive), before the ranks were aligned to 16-byte rows."),
+             Section("The same, `torch.compile`", "h200/gpu_speed_compiled_2026-11-30.json",
+                     "benchmarks.training.gpu_speed:markdown"),
+             Section("Where the device time goes (2026-11-30)", "h200/gpu_profile_2026-11-30.json",
+                     "benchmarks.training.gpu_profile:markdown",
+                     "`python -m benchmarks.training.gpu_profile`: the kernels' own device time, summed. `_forward` and "
+                     "`_backward` are the fused TT-embedding lookup (Triton): under other in the first table."),
+             Section("Device model refitted on the 2026-11-30 run (not a measurement)", "h200/device_model_2026-11-30.json",
+                     "benchmarks.training.device_model:markdown"),
+             Section("Measured before the cuts: steps/s, bf16, batch 32", "h200/gpu_speed_2026-11-28.json",
                      "benchmarks.training.gpu_speed:markdown", "Measured before the fifth wave's step cuts."),
              Section("Modeled from the step account (not a measurement)", "device_model_h200.json",
-                     "benchmarks.training.device_model:markdown"),
+                     "benchmarks.training.device_model:markdown",
+                     "The model the cuts were planned with (fitted on 2026-11-28's run); 2026-11-30 measured them."),
              Section("CUDA graphs on the paper Transformer, fp32, 2 encoders (2026-11-26)",
                      "h200/strategy_speed_2layers.json", f"{GPU}:strategy_speed",
                      "`python -m benchmarks.training.strategy_speed`: the tensorized model in the paper's layout, one "

@@ -87,7 +87,9 @@ def predict(coef: np.ndarray, account: list[dict[str, Any]]) -> list[dict[str, A
 def markdown(result: dict[str, Any]) -> str:
     """The constants, the fitted rows with their errors, the predictions: every figure labelled modeled."""
     c = result["constants"]
-    lines = [f"Device model fitted on `{result['measured']}` ({result['device']}; accounts `{result['fit_account']}`). "
+    accounts = result["fit_account"] if isinstance(result["fit_account"], list) else [result["fit_account"]]
+    lines = [f"Device model fitted on `{result['measured']}` ({result['device']}; accounts "
+             f"{', '.join(f'`{a}`' for a in accounts)}). "
              "**Modeled, not measured.**", "",
              f"Constants: {c['kernel_us_eager']:.2f} µs per kernel eager, {c['kernel_us_graphs']:.2f} µs captured, GEMMs at "
              f"{c['gemm_tflops']:,.0f} TFLOP/s, other kernels at {c['other_tb_per_s']:,.2f} TB/s.", "",
@@ -107,12 +109,13 @@ def markdown(result: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--measured", required=True, help="gpu_speed.py's JSON from a device run")
-    parser.add_argument("--fit-account", required=True, help="step_account.py's JSON of the code that ran there, same batch")
+    parser.add_argument("--fit-account", nargs="+", required=True,
+                        help="step_account.py's JSONs of the code that ran there, same batch (their rows together)")
     parser.add_argument("--predict-account", nargs="+", default=None, help="step_account.py's JSONs to predict")
     parser.add_argument("--out", default=None, help="JSON path (a markdown table beside it)")
     args = parser.parse_args(argv)
     measured = json.loads(Path(args.measured).read_text())
-    coef, table = fit_rows(measured["runs"], json.loads(Path(args.fit_account).read_text())["rows"])
+    coef, table = fit_rows(measured["runs"], [r for path in args.fit_account for r in json.loads(Path(path).read_text())["rows"]])
     result = {"date": today(), "measured": args.measured, "fit_account": args.fit_account, "predict_account": args.predict_account,
               "device": measured["machine"].get("device", "?"), "constants": constants(coef), "fit": table,
               "predicted": predict(coef, [r for path in args.predict_account or [] for r in json.loads(Path(path).read_text())["rows"]])}

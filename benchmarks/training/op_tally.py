@@ -3,7 +3,7 @@
 ``OpTally`` is a ``TorchDispatchMode``: every aten op a step dispatches passes through it. Per *phase* (forward,
 backward, optimizer, callback, loop) it counts kernels (non-view ops that launch one: allocations, views and host
 reads launch none; a host read is counted apart as a sync), GEMM multiply-adds × 2 (torch's own FLOP formulas,
-``torch.utils.flop_counter``) and the bytes the other ops read and write (inputs plus outputs: what a memory-bound
+``torch.utils.flop_counter``; those of GEMMs whose operands a GPU cannot read in 16-byte rows apart: ``rows_aligned``) and the bytes the other ops read and write (inputs plus outputs: what a memory-bound
 kernel moves). ``PhaseMarks`` switches phases from Lightning's hooks; ``saved_bytes`` counts the activations autograd
 keeps for backward (parameters excluded). Nothing here knows about the package: it counts dense models alike.
 """
@@ -40,6 +40,7 @@ class PhaseCount:
     kernels: int = 0
     syncs: int = 0
     gemm_flops: int = 0
+    misaligned_gemm_flops: int = 0
     other_bytes: int = 0
     ops: Counter = field(default_factory=Counter)
 
@@ -47,8 +48,21 @@ class PhaseCount:
         self.kernels += other.kernels
         self.syncs += other.syncs
         self.gemm_flops += other.gemm_flops
+        self.misaligned_gemm_flops += other.misaligned_gemm_flops
         self.other_bytes += other.other_bytes
         self.ops.update(other.ops)
+
+
+def rows_aligned(tensor: torch.Tensor) -> bool:
+    """Whether a matrix operand (the last two dims) has one unit stride, and its other stride and its offset in whole
+    16-byte steps: what cuBLAS's fast GEMM kernels need (else it falls back to kernels of 1- or 2-element alignment)."""
+    if tensor.dim() < 2:
+        return True
+    rows, cols = tensor.stride()[-2:]
+    if 1 not in (rows, cols):
+        return False
+    lead = rows if cols == 1 else cols
+    return all(value * tensor.element_size() % 16 == 0 for value in (lead, tensor.storage_offset()))
 
 
 def _bytes(values: Any) -> int:
@@ -93,7 +107,10 @@ class OpTally(TorchDispatchMode):
             count.kernels += 1
             count.ops[packet.__name__] += 1
             if packet in flop_registry:
-                count.gemm_flops += flop_registry[packet](*args, **kwargs, out_val=out)
+                flops = flop_registry[packet](*args, **kwargs, out_val=out)
+                count.gemm_flops += flops
+                if not all(rows_aligned(t) for t in (*tree_leaves(args), out) if isinstance(t, torch.Tensor)):
+                    count.misaligned_gemm_flops += flops
             else:
                 count.other_bytes += _bytes(args) + _bytes(kwargs) + _bytes(out)
         return out

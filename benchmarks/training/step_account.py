@@ -5,7 +5,8 @@ callback's defaults and in the paper's layout) a real ``Trainer.fit`` runs dense
 stage: every rank alive, its slowest step), and ``op_tally.OpTally`` counts steps ``--warmup`` to ``--warmup +
 --steps`` (from the start of the first to the start of the one after the last, divided by the count): kernels per step
 by phase (forward, backward, optimizer, the callback's own work: its objective, the optimizer's step hooks, its batch
-end; the loop between batches), host syncs, GEMM FLOPs, bytes read and written by the other kernels, bytes autograd
+end; the loop between batches), host syncs, GEMM FLOPs (and the share of them a GPU must run with its slow
+kernels for operands not in 16-byte rows: ``op_tally.rows_aligned``), bytes read and written by the other kernels, bytes autograd
 saves for backward (parameters excluded), and parameter + gradient + optimizer-state bytes after the step. Every
 optimizer runs multi-tensor (``foreach``), as it does on a GPU by default. The ratios are CoMERA over dense.
 
@@ -98,7 +99,8 @@ def count_run(workload: Workload, system: str, args: argparse.Namespace) -> dict
     return {"model": workload.name, "system": system, "counted": f"direct, batch {workload.batch} x {workload.seq}",
             "batch": workload.batch, "seq": workload.seq, "layers": workload.layers,
             "kernels": per_step(overall.kernels), "syncs": per_step(overall.syncs),
-            "gemm_flops": per_step(overall.gemm_flops), "other_bytes": per_step(overall.other_bytes),
+            "gemm_flops": per_step(overall.gemm_flops), "misaligned_gemm_flops": per_step(overall.misaligned_gemm_flops),
+            "other_bytes": per_step(overall.other_bytes),
             "kernels_by_phase": {phase: per_step(tally.counts[phase].kernels) for phase in PHASES},
             "top_ops": {phase: {name: per_step(n) for name, n in tally.counts[phase].ops.most_common(40)} for phase in PHASES},
             "saved_bytes": first.saved.total, "parameters": sum(p.numel() for p in module.parameters()),
@@ -170,6 +172,11 @@ def _ratio(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
+def _share(row: dict[str, Any]) -> str:
+    """The GEMM FLOPs on rows a GPU cannot read 16 bytes at a time, as a share (accounts before 2026-11-30 have none)."""
+    return "-" if row.get("misaligned_gemm_flops") is None else f"{row['misaligned_gemm_flops'] / row['gemm_flops']:.0%}"
+
+
 def _mib(value: float | None) -> str:
     return "-" if value is None else f"{value / 2**20:,.1f}"
 
@@ -179,13 +186,14 @@ def markdown(result: dict[str, Any]) -> str:
     lines = [f"Step account on **{result['machine']['cpu']}** (counted on CPU, torch {result['machine']['torch']}, "
              f"{result['config']['precision']}, {result['date']}): `{result['command']}`", "",
              "| model | system | kernels/step | fwd | bwd | opt | callback | loop | × dense kernels | GEMM GFLOP | "
-             "× dense FLOPs | saved MiB | × dense saved | state MiB | floor MiB | × dense floor | counted |", "|" + "---|" * 17]
+             "× dense FLOPs | of them misaligned | saved MiB | × dense saved | state MiB | floor MiB | × dense floor | counted |",
+             "|" + "---|" * 18]
     for r in result["rows"]:
         phases, x = r["kernels_by_phase"], r["x_dense"]
         state = r["parameter_bytes"] + r["gradient_bytes"] + r["optimizer_state_bytes"]
         lines.append(
             f"| {r['model']} | {r['system']} | {r['kernels']:,.0f} | " + " | ".join(f"{phases[p]:,.0f}" for p in PHASES)
-            + f" | {_ratio(x['kernels'])} | {r['gemm_flops'] / 1e9:,.2f} | {_ratio(x['gemm_flops'])} | "
+            + f" | {_ratio(x['kernels'])} | {r['gemm_flops'] / 1e9:,.2f} | {_ratio(x['gemm_flops'])} | {_share(r)} | "
             f"{_mib(r['saved_bytes'])} | {_ratio(x['saved_bytes'])} | {_mib(state)} | {_mib(r.get('floor_bytes'))} | "
             f"{_ratio(x.get('floor_bytes'))} | {r['counted']} |")  # accounts before the floor column have none
     return "\n".join(lines) + "\n"

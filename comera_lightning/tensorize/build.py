@@ -16,7 +16,13 @@ from comera_lightning.tensorize.registry import Converter
 from comera_lightning.tensorize.rules import overrides_for
 from comera_lightning.tensorize.table_form import TOKEN_TABLE_CORES, token_table_cores
 
-__all__ = ["build_layer", "pin_trained_tables", "resolve_rank", "resolve_table_cores"]
+__all__ = ["aligned_rank", "build_layer", "pin_trained_tables", "resolve_rank", "resolve_table_cores"]
+
+#: Ranks taken from a fraction round down to a multiple of this from ``ALIGNED_FROM`` on, in layers whose narrower
+#: side is at least ``ALIGNED_SIDE`` (``aligned_rank``).
+RANK_MULTIPLE = 8
+ALIGNED_FROM = 64
+ALIGNED_SIDE = 256
 
 
 def build_layer(name: str, module: nn.Module, converter: Converter, config: TensorizeConfig,
@@ -58,8 +64,20 @@ def resolve_rank(options: dict[str, Any], module: nn.Module) -> dict[str, Any]:
         weight = getattr(module, "weight", None)
         weight = weight if isinstance(weight, torch.Tensor) else getattr(module, "in_proj_weight", None)
         side = min(weight.shape[-2:]) if isinstance(weight, torch.Tensor) and weight.dim() >= 2 else _table_width(module)
-        options["max_rank"] = max(1, round(fraction * side)) if side and fraction else DEFAULT_EMBEDDING_RANK
+        options["max_rank"] = aligned_rank(fraction * side, side) if side and fraction else DEFAULT_EMBEDDING_RANK
     return options
+
+
+def aligned_rank(rank: float, side: int) -> int:
+    """``rank`` rounded; from ``ALIGNED_FROM`` on, down to a multiple of ``RANK_MULTIPLE`` (down: a layer never grows
+    past the size its fraction gives, so it keeps the compression it was chosen for). A GPU's fast GEMM kernels need
+    rows of 16 bytes (8 bf16 values): on the H200 ranks of 222 and 333 ran cuBLAS's align-1 fallback kernels, and
+    CoMERA's GEMMs took 2.7 times dense's time with fewer FLOPs (``benchmarks/results/h200/gpu_profile_*``). Smaller
+    ranks, and the ranks of layers narrower than ``ALIGNED_SIDE`` (the widths a CPU trains), stay as they are: their
+    GEMMs are small, and rounding would cut their size by more than a tenth."""
+    if rank < ALIGNED_FROM or side < ALIGNED_SIDE:
+        return max(1, round(rank))
+    return RANK_MULTIPLE * int(rank // RANK_MULTIPLE)
 
 
 def _table_width(module: nn.Module) -> int | None:

@@ -280,3 +280,15 @@ def test_a_model_on_the_meta_device_is_tensorized_to_the_same_sizes():
     assert [r.name for r in reports[0].swapped] == [r.name for r in reports[1].swapped]
     assert [p.shape for p in on_cpu.parameters()] == [p.shape for p in on_meta.parameters()]
     assert all(p.is_meta for p in on_meta.parameters())
+
+
+@pytest.mark.parametrize(("width", "fraction", "rank"), [(512, 0.434, 216), (1024, 0.3, 304), (512, 0.1, 51), (128, 0.55, 70)],
+                         ids=["gpu-width-rounds-down", "wider", "small-rank-kept", "cpu-width-kept"])
+def test_ranks_from_a_fraction_are_whole_16_byte_rows_on_gpu_sized_layers(width, fraction, rank):
+    # 0.434 x 512 = 222.2: a rank of 222 ran cuBLAS's align-1 kernels on the H200; 216 keeps bf16 rows in 16 bytes
+    model = nn.Sequential(nn.Linear(width, 1376))
+    tensorize(model, rank_fraction=fraction)
+    assert model[0].physical_ranks == (rank,)
+    chosen = nn.Sequential(nn.Linear(512, 1376))
+    tensorize(chosen, max_rank=222)  # a rank the user chose is kept
+    assert chosen[0].physical_ranks == (222,)

@@ -6,6 +6,7 @@ import json
 from dataclasses import replace
 
 import pytest
+import torch
 
 from benchmarks.training import step_account
 from benchmarks.training.gpu_runs import CHECK_WORKLOADS
@@ -55,3 +56,19 @@ def test_unknown_models_are_refused_with_the_choices(capsys):
     with pytest.raises(SystemExit):
         step_account.parse(["--models", "llama7b"])
     assert "unknown ['llama7b']" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("rank", "misaligned"), [(222, True), (224, False)])
+def test_gemm_flops_on_rows_a_gpu_cannot_read_whole_are_counted_apart(rank, misaligned):
+    from benchmarks.training.op_tally import OpTally
+
+    left, right = torch.randn(16, rank, dtype=torch.bfloat16), torch.randn(rank, 64, dtype=torch.bfloat16)
+    tally = OpTally()
+    with tally:
+        tally.counting = True
+        left @ right
+        left[:, 1:9] @ right[1:9]  # an offset of one element: never aligned
+    count = tally.counts["loop"]
+    offset_flops = 2 * 16 * 8 * 64
+    assert count.gemm_flops == 2 * 16 * rank * 64 + offset_flops
+    assert count.misaligned_gemm_flops == (count.gemm_flops if misaligned else offset_flops)
