@@ -59,8 +59,8 @@ PAGES = [
          "model predict for the steps not yet measured?", [
              Section("Measured after the cuts: steps/s, bf16, batch 32 (2026-11-30)", "h200/gpu_speed_2026-11-30.json",
                      "benchmarks.training.gpu_speed:markdown",
-                     "`python -m benchmarks.device_session --budget 470`: the fifth wave's step cuts, early stage (every "
-                     "rank alive), before the ranks were aligned to 16-byte rows."),
+                     "`python -m benchmarks.device_session --budget 470`; early stage (every rank alive), ranks not yet "
+                     "in 16-byte rows."),
              Section("The same, `torch.compile`", "h200/gpu_speed_compiled_2026-11-30.json",
                      "benchmarks.training.gpu_speed:markdown"),
              Section("Where the device time goes (2026-11-30)", "h200/gpu_profile_2026-11-30.json",
@@ -73,7 +73,7 @@ PAGES = [
                      "benchmarks.training.gpu_speed:markdown", "Measured before the fifth wave's step cuts."),
              Section("Modeled from the step account (not a measurement)", "device_model_h200.json",
                      "benchmarks.training.device_model:markdown",
-                     "The model the cuts were planned with (fitted on 2026-11-28's run); 2026-11-30 measured them."),
+                     "The model the cuts were planned with."),
              Section("CUDA graphs on the paper Transformer, fp32, 2 encoders (2026-11-26)",
                      "h200/strategy_speed_2layers.json", f"{GPU}:strategy_speed",
                      "`python -m benchmarks.training.strategy_speed`: the tensorized model in the paper's layout, one "
