@@ -231,17 +231,18 @@ COMPRESSION_PAGES = [
          "on Python source, compressed: how much masked-token accuracy does each size keep, against the plain paths?", [
              Section("A trained CodeBERT-like masked LM compressed 4× and 8×",
                      seeded("compress_codebert", {"": 2, "_dense_start": 1, "_dense_size_start": 2, "_core_steps_auto_others_2": 2,
-                                                  "_token_steps_4": 2}),
+                                                  "_token_steps_4": 2, "_token_lr": 2}),
                      f"{OURS}:pairs_by_seed", "`python -m benchmarks.quality.compress_pairs --model codebert "
                      "--compressions 4,8 [--seed 1]`: the package's `MaskedLanguageModel` at `configs/codebert_tiny.yaml`'s "
                      "shape on 200 files of the Python standard library, trained dense 976 steps, then 244 more (25 %); "
                      "accuracy is the masked-token accuracy; the mean of seeds 0 and 1. `compress_codebert_dense_start`: "
                      "4× rerun from 2026-11-29's trained start (seed 0); `compress_codebert_dense_size_start`: "
                      f"{DENSE_SIZE_START}; `compress_codebert_core_steps_auto_others_2`: {AUTO_OTHERS_2}; "
-                     "`compress_codebert_token_steps_4`: today's defaults (the head's token cores 4x from trained weights, "
-                     "12x before; `--systems comera,svd_ft --no-served [--seed 1]`, 2026-11-30)."),
+                     "`compress_codebert_token_steps_4`: the head's token cores 4x from trained weights (the rule's first "
+                     "form; `--systems comera,svd_ft --no-served [--seed 1]`, 2026-11-30); `compress_codebert_token_lr`: "
+                     "today's defaults (the rule holds their LR to 0.012: 12x at this LR, 1e-3; `--compressions 4`)."),
              Section("A trained CodeBERT-like masked LM at `codebert_small`'s shape compressed 4×",
-                     seeded("compress_codebert_small", {"": 1, "_dense_start": 2, "_token_steps_4": 2}),
+                     seeded("compress_codebert_small", {"": 1, "_dense_start": 2, "_token_steps_4": 2, "_token_lr": 2}),
                      f"{OURS}:pairs_by_seed", "`python -m benchmarks.quality.compress_pairs --model codebert_small --epochs 1 "
                      "--compressions 4 --systems comera,svd_ft` (and `comera,small`: the same comera figures, the small row from "
                      "it): `configs/codebert_small.yaml`'s model (d_model 384, 4 "
@@ -251,8 +252,9 @@ COMPRESSION_PAGES = [
                      "(`--no-served`) after 2026-11-29's trained-start rule: the start at 2.0× smaller, was 2.5×; its seed 1 "
                      "(2026-11-30, `--systems comera,svd_ft,small --seed 1`) has its own split of the files: 1,073 dense "
                      "steps and 268 more, and its own small row. `compress_codebert_small_token_steps_4`: both seeds again "
-                     "under today's token-step rule from trained weights (`--systems comera,svd_ft --no-served [--seed 1]`, "
-                     "2026-11-30; seed 0's dense model trained anew, the same figures as before)."),
+                     "under the token-step rule's first form (4x from trained weights; `--systems comera,svd_ft --no-served "
+                     "[--seed 1]`, 2026-11-30; seed 0's dense model trained anew, the same figures as before); "
+                     "`compress_codebert_small_token_lr`: today's defaults (12x at this LR; ranks in 16-byte rows)."),
          ]),
     Page("compression_token_steps", "Token steps from trained weights", "How far should a trained token table's "
          "and vocabulary head's cores move per step when the model is compressed?", [
@@ -263,7 +265,12 @@ COMPRESSION_PAGES = [
                      "today's defaults under the rule, beside the plain paths at their ranks: [today's "
                      "defaults](compression_today.md).")
              for model, name in (("llama-64x4", "The Llama (width 64, BPE)"), ("byte_llama-64x4", "The byte Llama (width 64)"),
-                                 ("gpt2-64x4", "GPT-2 (width 64, BPE)")) for seed in (0, 1)]),
+                                 ("gpt2-64x4", "GPT-2 (width 64, BPE)")) for seed in (0, 1)] + [
+             Section(f"{name}, seed {seed}, LR 1e-3", f"compress_token_steps_lr1e-3_{model}{'_seed1' if seed else ''}.json",
+                     f"{OURS}:compress_runs", "" if (model, seed) != ("llama-64x4", 0) else
+                     "The same trained models fine-tuned at LR 1e-3: 12x against the trained rule's 4x (since then the "
+                     "rule holds the token cores' LR to 0.012: 4x at LR 3e-3, 12x at 1e-3).")
+             for model, name in (("llama-64x4", "The Llama"), ("byte_llama-64x4", "The byte Llama")) for seed in (0, 1)]),
     Page("compression_today", "Trained language models under today's defaults", "Trained language models compressed 2× "
          "and 4× under today's defaults (the token-step rule from trained weights): where does CoMERA stand against the "
          "plain paths at its own ranks?", [

@@ -3,9 +3,10 @@
 ``OpTally`` is a ``TorchDispatchMode``: every aten op a step dispatches passes through it. Per *phase* (forward,
 backward, optimizer, callback, loop) it counts kernels (non-view ops that launch one: allocations, views and host
 reads launch none; a host read is counted apart as a sync), GEMM multiply-adds × 2 (torch's own FLOP formulas,
-``torch.utils.flop_counter``; those of GEMMs whose operands a GPU cannot read in 16-byte rows apart: ``rows_aligned``) and the bytes the other ops read and write (inputs plus outputs: what a memory-bound
-kernel moves). ``PhaseMarks`` switches phases from Lightning's hooks; ``saved_bytes`` counts the activations autograd
-keeps for backward (parameters excluded). Nothing here knows about the package: it counts dense models alike.
+``torch.utils.flop_counter``; apart, those of GEMMs whose operands a GPU cannot read in 16-byte rows: ``rows_aligned``)
+and the bytes the other ops read and write (inputs plus outputs: what a memory-bound kernel moves). ``PhaseMarks``
+switches phases from Lightning's hooks; ``saved_bytes`` counts the activations autograd keeps for backward (parameters
+excluded). Nothing here knows about the package: it counts dense models alike.
 """
 
 from __future__ import annotations

@@ -286,7 +286,7 @@ def _stretch_core_steps(core_steps: CoreStepScale, pl_module: pl.LightningModule
     stretched = core_steps.stretched_layers()
     if stretched and core_steps.scale == "auto" and core_steps.trained_compression is not None:
         rank_zero_info(f"ComeraCallback: from trained weights, {core_steps.trained_compression:g}x smaller: the token "
-                       f"cores move {core_steps.scale_for(stretched[0]):g} times the optimizer's step.")
+                       f"cores move {core_steps.stretch_of(stretched[0]):g} times the optimizer's step.")
 
 
 def _compression_asked(pl_module: pl.LightningModule, budget: BudgetConfig, layers: list) -> float:

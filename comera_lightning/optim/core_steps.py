@@ -16,10 +16,12 @@ previous default, 6 everywhere: it left a Llama classifier at chance and a byte-
 three rules derived per layer or per core from the cores' norms and steps, at every LR of the sweep.
 
 From trained weights (``init="svd"``: a trained model compressed) to a budget of at most
-``TRAINED_MILD_COMPRESSION`` (4x), the token cores start with most of what their rows learned, and ``"auto"``
-stretches them ``TRAINED_VOCABULARY_STEP_SCALE`` (4) times instead: twelvefold steps at a fine-tuning LR pushed a
-trained Llama's table off what it knew within the warm-up (its training loss 3.04 -> 3.58 in 11 steps, before any
-cut). Cut further (8x starts them 4x smaller, 32x 16x), the rows re-learn as from scratch and 12x did better
+``TRAINED_MILD_COMPRESSION`` (4x), the token cores start with most of what their rows learned, and ``"auto"`` holds
+their stretched LR (the scale times the LR their optimizer group starts at) to ``TRAINED_TOKEN_LR_CAP``, stretching
+them no less than ``TRAINED_VOCABULARY_STEP_SCALE`` (4) and no more than 12 times: at LR 3e-3 twelvefold steps pushed
+a trained Llama's table off what it knew within the warm-up (its training loss 3.04 -> 3.58 in 11 steps, before any
+cut) and 4 did best, while at LR 1e-3 12 did better on both Llamas and at 3e-4 on the CodeBERT-like model. Cut
+further (8x starts them 4x smaller, 32x 16x), the rows re-learn as from scratch and 12x did better
 (docs/COMPRESS_LM.md, "Token steps from trained weights").
 
 ``scale`` a number: every TT layer's cores move that many times as far (1: the optimizer's own steps; the
@@ -45,6 +47,7 @@ from comera_lightning._checks import check_number
 __all__ = [
     "DEFAULT_CORE_STEP_SCALE",
     "TRAINED_MILD_COMPRESSION",
+    "TRAINED_TOKEN_LR_CAP",
     "TRAINED_VOCABULARY_STEP_SCALE",
     "VOCABULARY_STEP_SCALE",
     "CoreStepScale",
@@ -64,6 +67,10 @@ TRAINED_VOCABULARY_STEP_SCALE = 4.0
 #: The largest budget (times smaller than dense) that takes the trained rule: 2x starts at about the dense size and 4x
 #: at 2x, keeping most of each token row; 8x starts the token layers 4x smaller (there 4 against 12 was a wash).
 TRAINED_MILD_COMPRESSION = 4.0
+#: From trained weights at mild compression, the token cores' stretched LR is held to this (4 x 3e-3): the stretch is
+#: this over their group's starting LR, between ``TRAINED_VOCABULARY_STEP_SCALE`` and ``VOCABULARY_STEP_SCALE``. At LR
+#: 1e-3 (12x) 12 beat 4 on all eight runs of two trained Llamas, two seeds, 2x and 4x (docs/COMPRESS_LM.md).
+TRAINED_TOKEN_LR_CAP = 0.012
 
 CoreStepScaleArg = Union[float, Literal["auto"]]
 
@@ -91,7 +98,8 @@ class CoreStepScale:
 
     ``trained_compression``: the layers start from trained weights (``init="svd"``) and the budget ends them this many
     times smaller than dense (None: from scratch); at most ``TRAINED_MILD_COMPRESSION``, ``"auto"`` stretches the token
-    cores ``TRAINED_VOCABULARY_STEP_SCALE`` times, not ``VOCABULARY_STEP_SCALE``. A number is the same either way.
+    cores so that their LR is at most ``TRAINED_TOKEN_LR_CAP`` (from ``TRAINED_VOCABULARY_STEP_SCALE`` to
+    ``VOCABULARY_STEP_SCALE`` times), not ``VOCABULARY_STEP_SCALE`` times. A number is the same either way.
     """
 
     def __init__(self, scale: CoreStepScaleArg = DEFAULT_CORE_STEP_SCALE, trained_compression: float | None = None) -> None:
@@ -106,14 +114,22 @@ class CoreStepScale:
         self._before: list[torch.Tensor] = []
         self._moving: list[torch.Tensor] = []
 
-    def scale_for(self, layer: nn.Module) -> float:
-        """How far ``layer``'s stretched cores (``cores_to_stretch``) move per step, relative to the optimizer's step."""
+    def scale_for(self, layer: nn.Module, lr: float | None = None) -> float:
+        """How far ``layer``'s stretched cores (``cores_to_stretch``) move per step, relative to the optimizer's step;
+        ``lr``: the LR their optimizer group starts at (None: not known)."""
         if self.scale == "auto":
             if not is_vocabulary_layer(layer):
                 return 1.0
             mild = self.trained_compression is not None and self.trained_compression <= TRAINED_MILD_COMPRESSION
-            return TRAINED_VOCABULARY_STEP_SCALE if mild else VOCABULARY_STEP_SCALE
+            if not mild:
+                return VOCABULARY_STEP_SCALE
+            capped = TRAINED_TOKEN_LR_CAP / lr if lr else TRAINED_VOCABULARY_STEP_SCALE
+            return round(min(VOCABULARY_STEP_SCALE, max(TRAINED_VOCABULARY_STEP_SCALE, capped)), 3)
         return float(self.scale)
+
+    def stretch_of(self, layer: nn.Module) -> float:
+        """How far ``layer``'s cores move per step as attached (1 for a layer not stretched)."""
+        return next((scale for scale, members, _ in self._groups for member, _ in members if member is layer), 1.0)
 
     def cores_to_stretch(self, layer: nn.Module) -> list[int]:
         """Indices of ``layer``'s cores whose steps ``scale_for`` stretches: its token cores under ``"auto"``, all of them under a number."""
@@ -122,11 +138,14 @@ class CoreStepScale:
     def attach(self, layers: Sequence[nn.Module], optimizers: Sequence[torch.optim.Optimizer]) -> None:
         """Stretch the steps each of ``optimizers`` makes on the ``cores`` of these TT ``layers`` (read at every step: pruning replaces them)."""
         self.detach()
+        starting_lr = {id(p): float(group.get("initial_lr", group["lr"])) for optimizer in optimizers
+                       if normalises_steps(optimizer) for group in optimizer.param_groups for p in group["params"]}
         by_scale: dict[float, list[tuple[nn.Module, list[int]]]] = {}
         for layer in layers:
             indices = self.cores_to_stretch(layer)
             if indices:  # a layer with nothing to stretch (a two-factor table) costs no step nothing
-                by_scale.setdefault(self.scale_for(layer), []).append((layer, indices))
+                lr = max((starting_lr[id(layer.cores[k])] for k in indices if id(layer.cores[k]) in starting_lr), default=None)
+                by_scale.setdefault(self.scale_for(layer, lr), []).append((layer, indices))
         counted = [(scale, members, sum(len(indices) for _, indices in members)) for scale, members in by_scale.items()]
         self._groups = [group for group in counted if group[0] != 1.0 and group[2]]
         if not self._groups:

@@ -73,8 +73,8 @@ def aligned_rank(rank: float, side: int) -> int:
     past the size its fraction gives, so it keeps the compression it was chosen for). A GPU's fast GEMM kernels need
     rows of 16 bytes (8 bf16 values): on the H200 ranks of 222 and 333 ran cuBLAS's align-1 fallback kernels, and
     CoMERA's GEMMs took 2.7 times dense's time with fewer FLOPs (``benchmarks/results/h200/gpu_profile_*``). Smaller
-    ranks, and the ranks of layers narrower than ``ALIGNED_SIDE`` (the widths a CPU trains), stay as they are: their
-    GEMMs are small, and rounding would cut their size by more than a tenth."""
+    ranks, and the ranks of layers narrower than ``ALIGNED_SIDE``, stay as they are: their GEMMs are small, and
+    rounding would cut their size by up to a tenth."""
     if rank < ALIGNED_FROM or side < ALIGNED_SIDE:
         return max(1, round(rank))
     return RANK_MULTIPLE * int(rank // RANK_MULTIPLE)

@@ -107,15 +107,18 @@ def test_tensorize_marks_the_token_table_and_the_vocabulary_head_as_vocabulary_l
     assert kinds == {"embed": True, "mlp": False, "proj": False, "lm_head": True}
 
 
-@pytest.mark.parametrize("trained_compression, vocabulary_scale",
-                         [(None, VOCABULARY_STEP_SCALE), (4.0, TRAINED_VOCABULARY_STEP_SCALE), (8.0, VOCABULARY_STEP_SCALE)])
-def test_auto_stretches_only_the_vocabulary_layers_steps(trained_compression, vocabulary_scale):
-    """From scratch the token cores move 12x as far; from trained weights to a budget of at most 4x, 4x; beyond, 12x."""
+@pytest.mark.parametrize("trained_compression, lr, vocabulary_scale",
+                         [(None, 3e-3, VOCABULARY_STEP_SCALE), (4.0, 3e-3, TRAINED_VOCABULARY_STEP_SCALE), (4.0, 1e-2, 4.0),
+                          (2.0, 2e-3, 6.0), (4.0, 1e-3, VOCABULARY_STEP_SCALE), (8.0, 3e-3, VOCABULARY_STEP_SCALE)])
+def test_auto_stretches_only_the_vocabulary_layers_steps(trained_compression, lr, vocabulary_scale):
+    """From scratch the token cores move 12x as far; from trained weights to a budget of at most 4x, so far that their
+    LR is at most TRAINED_TOKEN_LR_CAP (0.012), from 4x to 12x; beyond 4x, 12x."""
     plain, ruled = tiny_lm(), tiny_lm()
     start = copy.deepcopy(plain.state_dict())
-    plain_opt, ruled_opt = torch.optim.AdamW(plain.parameters(), lr=1e-3), torch.optim.AdamW(ruled.parameters(), lr=1e-3)
+    plain_opt, ruled_opt = torch.optim.AdamW(plain.parameters(), lr=lr), torch.optim.AdamW(ruled.parameters(), lr=lr)
     rule = CoreStepScale("auto", trained_compression=trained_compression)
     rule.attach(layers_of(ruled), [ruled_opt])
+    assert rule.stretch_of(ruled.embed) == vocabulary_scale and rule.stretch_of(ruled.mlp) == 1.0
     assert {id(layer) for layer in rule.stretched_layers()} == {id(ruled.embed), id(ruled.lm_head)}
     for model, optimizer in ((plain, plain_opt), (ruled, ruled_opt)):
         torch.manual_seed(1)
@@ -184,3 +187,12 @@ def test_the_callback_scales_the_core_steps_of_the_module_optimizer(tmp_path):
     assert steps[1.0]
     for name, step in steps[1.0].items():
         torch.testing.assert_close(steps[4.0][name], 4.0 * step, rtol=1e-3, atol=1e-7)
+
+
+def test_the_trained_rule_reads_the_lr_a_schedule_starts_from_not_its_warm_up():
+    model = tiny_lm()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: step / 100)  # LR 0 at the first step: warm-up
+    rule = CoreStepScale("auto", trained_compression=2.0)
+    rule.attach(layers_of(model), [optimizer])
+    assert optimizer.param_groups[0]["lr"] == 0.0 and rule.stretch_of(model.embed) == TRAINED_VOCABULARY_STEP_SCALE
