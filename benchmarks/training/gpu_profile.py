@@ -3,8 +3,8 @@
 ``gpu_speed.py``'s runs (same workloads, systems, ``Trainer.fit`` on synthetic tokens, eager) under
 ``torch.profiler`` for ``--steps`` steps after the warm-up: per step, the kernels the device ran (the number the
 CPU step account predicts), their device time, and that time split into GEMMs, elementwise, reductions, copies,
-Triton and the rest; then the longest kernels (the page shows five). Device time is the kernels' own (summed, not wall): a step slower
-than dense with fewer FLOPs shows here as slow GEMMs or as time in the other kinds.
+Triton and the rest; then the longest kernels (the page shows five). Device time is the kernels' own (summed, not
+wall): a step slower than dense with fewer FLOPs shows here as slow GEMMs or as time in the other kinds.
 
 ``--check`` runs the same code on CPU (tiny shapes, the CPU ops' self time in place of kernels), so the script is
 known to run before device time is spent.
@@ -26,16 +26,14 @@ from torch.profiler import ProfilerActivity, profile, schedule
 from torch.utils.data import DataLoader
 
 from benchmarks.probes import RESULTS, command_line, machine_basics, today, write_result
-from benchmarks.training.gpu_runs import CHECK_WORKLOADS, SYSTEMS, WORKLOADS, _trainer, build_module, release, system_callbacks
-from benchmarks.training.gpu_runs import SyntheticTokens
+from benchmarks.training.gpu_runs import (CHECK_WORKLOADS, SYSTEMS, WORKLOADS, SyntheticTokens, _trainer, build_module,
+                                          release, system_callbacks)
 
 KINDS = (("gemm", r"gemm|sm90_|sm80_|nvjet|cutlass|cublas|matmul|\bmm\b|addmm|bmm|dot"),
          ("triton", r"^triton_|triton|^_forward$|^_backward$"),  # the TT-lookup kernels' names (layers/kernels/)
          ("reduce", r"reduce|sum|norm|softmax|max|mean"),
          ("copy", r"copy|cat|memcpy|memset|fill|index|gather|scatter|embedding"),
          ("elementwise", r"elementwise|vectorized|unrolled|mul|add|div|pow|sigmoid|silu|gelu|where|clamp|exp"))
-
-
 #: The page shows each run's longest kernels, their names cut (the JSON keeps ``--top`` of them, 120 characters).
 SHOWN_KERNELS, SHOWN_NAME = 5, 72
 
