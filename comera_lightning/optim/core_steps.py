@@ -69,7 +69,8 @@ TRAINED_VOCABULARY_STEP_SCALE = 4.0
 TRAINED_MILD_COMPRESSION = 4.0
 #: From trained weights at mild compression, the token cores' stretched LR is held to this (4 x 3e-3): the stretch is
 #: this over their group's starting LR, between ``TRAINED_VOCABULARY_STEP_SCALE`` and ``VOCABULARY_STEP_SCALE``. At LR
-#: 1e-3 (12x) 12 beat 4 on all eight runs of two trained Llamas, two seeds, 2x and 4x (docs/COMPRESS_LM.md).
+#: 1e-3 (12x) 12 beat 4 on all eight runs of two trained Llamas, two seeds, 2x and 4x, and on three of four of a
+#: trained GPT-2's (docs/COMPRESS_LM.md).
 TRAINED_TOKEN_LR_CAP = 0.012
 
 CoreStepScaleArg = Union[float, Literal["auto"]]
