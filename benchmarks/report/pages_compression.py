@@ -54,6 +54,18 @@ def _at_other_sizes(heading: str, stem: str, model: str, compressions: str, seed
                    "--systems comera,svd_ft,small,dense_ft --no-served --seed N` (2026-11-30), 25 % extra steps, the dense "
                    f"models of `_ft_lr_1e-4_rerun`; the mean of seeds {'0–3' if seeds == 4 else '0 and 1'}.")
 
+#: The trained language models of width 64 the token-step runs compress, with their section names.
+WIDTH_64_LMS = (("llama-64x4", "The Llama (width 64, BPE)"), ("byte_llama-64x4", "The byte Llama (width 64)"),
+                ("gpt2-64x4", "GPT-2 (width 64, BPE)"))
+
+
+def _width_64_sections(stem: str, title: str, note: str) -> list[Section]:
+    """One section per width-64 language model and seed (``<stem>_<model>[_seed1].json``), ``note`` under the first."""
+    return [Section(title.format(name=name, seed=seed), f"{stem}_{model}{'_seed1' if seed else ''}.json", f"{OURS}:compress_runs",
+                    note if (model, seed) == (WIDTH_64_LMS[0][0], 0) else "")
+            for model, name in WIDTH_64_LMS for seed in (0, 1)]
+
+
 COMPRESSION_PAGES = [
     Page("compression", "Compression frontier", "How much loss does each size cost, from scratch and when a trained "
          "language model is compressed, against the plain paths a user would write instead?", [
@@ -258,24 +270,19 @@ COMPRESSION_PAGES = [
          ]),
     Page("compression_token_steps", "Token steps from trained weights", "How far should a trained token table's "
          "and vocabulary head's cores move per step when the model is compressed?", [
-             Section(f"{name}, seed {seed}: the token cores' step", f"compress_token_steps_{model}{'_seed1' if seed else ''}.json",
-                     f"{OURS}:compress_runs", "" if (model, seed) != ("llama-64x4", 0) else
-                     "The token cores' step, relative to the optimizer's, from the trained weights of the compression pages "
-                     "(each seed its own dense model), 268 extra steps (25 %) and 108 (10 %, rows `_extra10`), LR 3e-3; "
-                     "today's defaults under the rule, beside the plain paths at their ranks: [today's "
-                     "defaults](compression_today.md). The rule now holds the token cores' LR to 0.012 (4x at this LR; "
-                     "[at LR 1e-3](compression_token_steps_lr.md)).")
-             for model, name in (("llama-64x4", "The Llama (width 64, BPE)"), ("byte_llama-64x4", "The byte Llama (width 64)"),
-                                 ("gpt2-64x4", "GPT-2 (width 64, BPE)")) for seed in (0, 1)]),
+             *_width_64_sections("compress_token_steps", "{name}, seed {seed}: the token cores' step",
+                                 "The token cores' step, relative to the optimizer's, from the trained weights of the "
+                                 "compression pages (each seed its own dense model), 268 extra steps (25 %) and 108 (10 %, "
+                                 "rows `_extra10`), LR 3e-3; today's defaults under the rule, beside the plain paths at their "
+                                 "ranks: [today's defaults](compression_today.md). The rule now holds the token cores' LR to "
+                                 "0.012 (4x at this LR; [at LR 1e-3](compression_token_steps_lr.md))."),
+         ]),
     Page("compression_token_steps_lr", "Token steps from trained weights at LR 1e-3", "Does the token cores' best step "
-         "from trained weights depend on the fine-tuning LR?", [
-             Section(f"{name}, seed {seed}", f"compress_token_steps_lr1e-3_{model}{'_seed1' if seed else ''}.json",
-                     f"{OURS}:compress_runs", "" if (model, seed) != ("llama-64x4", 0) else
-                     "The trained models of [the sweep](compression_token_steps.md) fine-tuned at LR 1e-3: 12x against "
-                     "the trained rule's first form, 4x (since then the rule holds the token cores' LR to 0.012: 4x at LR "
-                     "3e-3, 12x at 1e-3).")
-             for model, name in (("llama-64x4", "The Llama"), ("byte_llama-64x4", "The byte Llama"), ("gpt2-64x4", "GPT-2"))
-             for seed in (0, 1)]),
+         "from trained weights depend on the fine-tuning LR?",
+         _width_64_sections("compress_token_steps_lr1e-3", "{name}, seed {seed}",
+                            "The trained models of [the sweep](compression_token_steps.md) fine-tuned at LR 1e-3: 12x "
+                            "against the trained rule's first form, 4x (since then the rule holds the token cores' LR to "
+                            "0.012: 4x at LR 3e-3, 12x at 1e-3).")),
     Page("compression_today", "Trained language models under today's defaults", "Trained language models compressed 2× "
          "and 4× under today's defaults (the token-step rule from trained weights): where does CoMERA stand against the "
          "plain paths at its own ranks?", [

@@ -70,9 +70,6 @@ def device_events(profiler: profile, cuda: bool) -> list[tuple[str, int, float]]
             micros = event.self_cpu_time_total
         if micros > 0:
             rows.append((event.key, event.count, float(micros)))
-    if cuda and not rows:  # a profiler that leaves kernels' device type unset: kernels have device time and no CPU time
-        rows = [(e.key, e.count, float(e.self_device_time_total)) for e in profiler.key_averages()
-                if e.self_device_time_total > 0 and e.cpu_time_total == 0 and not getattr(e, "is_user_annotation", False)]
     return rows
 
 

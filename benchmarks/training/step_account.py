@@ -5,9 +5,9 @@ callback's defaults and in the paper's layout) a real ``Trainer.fit`` runs dense
 stage: every rank alive, its slowest step), and ``op_tally.OpTally`` counts steps ``--warmup`` to ``--warmup +
 --steps`` (from the start of the first to the start of the one after the last, divided by the count): kernels per step
 by phase (forward, backward, optimizer, the callback's own work: its objective, the optimizer's step hooks, its batch
-end; the loop between batches), host syncs, GEMM FLOPs (and the share of them a GPU must run with its slow
-kernels for operands not in 16-byte rows: ``op_tally.rows_aligned``), bytes read and written by the other kernels, bytes autograd
-saves for backward (parameters excluded), and parameter + gradient + optimizer-state bytes after the step. Every
+end; the loop between batches), host syncs, GEMM FLOPs (and the share of them a GPU must run with its slow kernels
+for operands not in 16-byte rows: ``op_tally.rows_aligned``), bytes read and written by the other kernels, bytes
+autograd saves for backward (parameters excluded), and parameter + gradient + optimizer-state bytes after the step. Every
 optimizer runs multi-tensor (``foreach``), as it does on a GPU by default. The ratios are CoMERA over dense.
 
 Shapes: the workloads' widths, depths, vocabularies and sequence lengths (``--seq`` to change it), at ``--batch``
