@@ -53,6 +53,12 @@ PAGES = [
              Section("The step account before the fifth wave's cuts", "h200/step_account_c7f9c21.json",
                      "benchmarks.training.step_account:markdown",
                      "The code that ran on the H200 on 2026-11-28 (commit c7f9c21), counted the same way."),
+             Section("LLaMA-60M's token table by lookup route", "token_lookup_cpu.json",
+                     "benchmarks.training.token_lookup:markdown",
+                     "Forward and backward of the 32,000 x 512 table (two factors at rank 256) for 8,192 ids, each route "
+                     "side by side in one process; the per-id kernel runs on CUDA only (its cost counted by formula). "
+                     "On a GPU the layer now takes the whole table here ([What a step costs a GPU]"
+                     "(../STEP_COST.md#the-next-cut-the-token-tables-lookup-through-the-whole-table))."),
              Section("One layer at a time", "layer_speed.json", f"{GPU}:layer_speed"),
          ]),
     Page("speed_gpu", "Speed on a GPU", "How fast is a CoMERA step on an H200, measured, and what does the device "

@@ -6,7 +6,7 @@ allows, each dense and with ``ComeraCallback``'s defaults (and the paper's layou
 ``torch.compile``d and under ``CUDAGraphStrategy``, in bf16-mixed and fp32, and eagerly at batch 1 for the peak memory
 of one sample (``gpu_runs.py``); and the 1M x 64 TT embedding lookup at rank 32 on
 Zipf ids, training and serving, against ``nn.Embedding`` and with the fused kernel against the torch path
-(``gpu_lookup.py``). Reports steps/s, tokens/s and ``torch.cuda.max_memory_allocated``, and the ratios that compare
+(``gpu_lookup.py``); and LLaMA-60M's token table by each lookup route (``token_lookup.py``). Reports steps/s, tokens/s and ``torch.cuda.max_memory_allocated``, and the ratios that compare
 like with like: CoMERA over dense in the same mode and precision, each mode over eager. The cheap rows run first
 (eager, graphs and batch 1, bf16 first; compiled rows last, each compiles for tens of seconds); a row that would start after
 the budget is listed as not run. Writes JSON and a markdown table naming the device.
@@ -34,6 +34,7 @@ import torch
 from benchmarks.probes import RESULTS, command_line, machine_basics, write_result
 from benchmarks.training.gpu_lookup import lookup_speed
 from benchmarks.training.gpu_runs import CHECK_WORKLOADS, MODES, PRECISIONS, SYSTEMS, WORKLOADS, release, timed_fit
+from benchmarks.training.token_lookup import route_table, token_lookup
 
 NO_CUDA = ("make bench-gpu: torch sees no CUDA device, and this benchmark times GPU training "
            "(python -m benchmarks.training.gpu_speed --check runs its code path on CPU)")
@@ -116,15 +117,25 @@ def markdown(result: dict[str, Any]) -> str:
                      f"{_cell(r.get('x_eager'), '.2f')} | {r.get('note', '')} |")
     lk = result["lookup"]
     if "error" in lk:
-        return "\n".join([*lines, "", f"TT embedding lookup failed: {lk['error']}"]) + "\n"
-    lines += ["", f"TT embedding {lk['rows']:,} x {lk['dim']} at rank {lk['rank']} ({lk['dense_parameters'] / lk['tt_parameters']:.0f}x "
+        lines += ["", f"TT embedding lookup failed: {lk['error']}"]
+    else:
+        lines += _lookup_lines(lk)
+    token = result.get("token_lookup")
+    if token:
+        lines += ["", *(route_table(token) if "error" not in token else [f"Token-table lookup failed: {token['error']}"])]
+    return "\n".join(lines) + "\n"
+
+
+def _lookup_lines(lk: dict[str, Any]) -> list[str]:
+    """The 1M x 64 table's lookup (``gpu_lookup.py``) as markdown lines."""
+    lines = ["", f"TT embedding {lk['rows']:,} x {lk['dim']} at rank {lk['rank']} ({lk['dense_parameters'] / lk['tt_parameters']:.0f}x "
               f"fewer parameters), {lk['ids']:,} Zipf({lk['zipf_a']}) ids ({lk['distinct_ids']:,} distinct), fused kernel: "
               f"{'yes' if lk['fused_kernel'] else 'no (torch path)'}", "", "| call | ms |", "|---|---|"]
     lines += [f"| {name} | {ms:.3f} |" for name, ms in lk["ms"].items()]
     lines += ["", f"TT over dense: training {lk['tt_over_dense']['train']:.2f}x the time, serving {lk['tt_over_dense']['serve']:.2f}x; "
               f"kernel over torch path: training {lk['kernel_speedup']['train']:.2f}x faster, serving without the cache "
               f"{lk['kernel_speedup']['serve']:.2f}x."]
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -142,6 +153,13 @@ def main(argv: list[str] | None = None) -> None:
         if args.check:
             raise
         result["lookup"] = {"error": f"{type(err).__name__}: {(str(err).splitlines() or [''])[0][:300]}"}
+    print("  the token table's lookup routes ...", file=sys.stderr, flush=True)
+    try:
+        result["token_lookup"] = token_lookup(torch.device("cpu" if args.check else "cuda"), args.check, args.warmup, args.steps)
+    except Exception as err:  # noqa: BLE001  (as the lookup above)
+        if args.check:
+            raise
+        result["token_lookup"] = {"error": f"{type(err).__name__}: {(str(err).splitlines() or [''])[0][:300]}"}
     result["runs"] = run_all(args, started)
     add_ratios(result["runs"])
     result["seconds"] = round(time.perf_counter() - started, 1)

@@ -223,17 +223,18 @@ class TTEmbedding(TTModule):
         """Rows for a 1-D tensor of ids, ``(len(ids), embedding_dim)``, contracted from the cores (no hot rows)."""
         if 0 in self.physical_ranks:
             return self.dead_output((ids.numel(), self.embedding_dim), self.cores[0].new_zeros(()))  # ids carry no gradient
-        split = self._fused_split(ids.numel())
-        if split is None:
+        fused = (split := self._fused_split(ids.numel())) is not None
+        if not fused:
             split = self.best_split(ids.numel())  # (the tables' cost keeps them small, also when cached)
             if self.uses_chain(ids.numel(), split):
                 if ids_are_checkable() and ids.numel():  # eager: by digit groups (the groups' sizes need a host sync)
                     return grouped_chain_rows(list(self.cores), self.bond_scales(), self.row_modes, ids)[:, : self.embedding_dim]
                 return chain_rows(self.gated_cores(), self.row_modes, ids)[:, : self.embedding_dim]
         left, right = self.cached(("half_tables", split), lambda: self.half_tables(split))
-        training = torch.is_grad_enabled() and (left.requires_grad or right.requires_grad)  # the gathered halves
-        rows = checkpoint(two_factor_rows, left, right, ids, use_reentrant=False) if training else two_factor_rows(left, right, ids)
-        return rows[:, : self.embedding_dim]  # (ids × modes × rank each) are recomputed in backward, not saved
+        # the torch path's gathered halves are recomputed in backward; the kernel and whole table save no more than the halves
+        recompute = not fused and torch.is_grad_enabled() and (left.requires_grad or right.requires_grad)
+        rows = checkpoint(two_factor_rows, left, right, ids, use_reentrant=False) if recompute else two_factor_rows(left, right, ids)
+        return rows[:, : self.embedding_dim]
 
     def fused_bags(self, ids: torch.Tensor, lengths: torch.Tensor, weights: torch.Tensor | None = None, *,
                    mean: bool = False) -> torch.Tensor | None:

@@ -12,7 +12,7 @@ import os
 import pytest
 import torch
 
-from comera_lightning.layers.kernels import bags_reference, rows_reference, two_factor_bags, two_factor_rows
+from comera_lightning.layers.kernels import bags_reference, full_table, rows_reference, two_factor_bags, two_factor_rows
 
 #: ``COMERA_KERNELS_DEVICE=cuda``: the same tests on a GPU, the kernels compiled by Triton (``make test-gpu``).
 ON_CUDA = os.environ.get("COMERA_KERNELS_DEVICE") == "cuda"
@@ -21,6 +21,13 @@ if os.environ.get("TRITON_INTERPRET") != "1" and not ON_CUDA:
                 allow_module_level=True)
 if ON_CUDA:
     torch.set_default_device("cuda")
+
+
+@pytest.fixture(autouse=True)
+def _kernels_for_every_lookup(monkeypatch):
+    """These tables are small beside their lookups, where the whole table would take over (tests/layers/kernels/test_full_table.py)."""
+    monkeypatch.setattr(full_table, "ROWS_PER_LOOKUP", 0)
+
 
 #: (N_L, M_L, r, N_R, M_R): odd sizes (masked blocks), 8x8 at rank 32 (the 1Mx64 table's slices), tl.dot's blocks,
 #: a rank of several blocks (16 x 128 x 16 holds more than one tile), a rank of 1.

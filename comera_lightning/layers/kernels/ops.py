@@ -1,9 +1,10 @@
-"""The two-factor lookup as ``torch.library`` custom ops over the Triton kernels, and the choice of kernel or torch path.
+"""The two-factor lookup as ``torch.library`` custom ops over the Triton kernels, and the choice of kernel, whole table or torch path.
 
 ``comera::two_factor_bags`` (forward) and ``comera::two_factor_bags_backward`` are opaque to torch.compile (their
 fake implementations give the shapes), so a compiled model keeps them as one node each and a CUDA graph captures their
 launches. :func:`two_factor_rows` and :func:`two_factor_bags` take the kernels where :func:`fused_kernels_apply`, else
-the torch path (``reference.py``).
+the torch path (``reference.py``). Where the kernels apply and a step looks up about as many ids as the table has rows,
+the whole table is built instead (``full_table.py``: one GEMM, a dense embedding's backward, no atomics).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 import torch
 
 from comera_lightning._optional import installed
+from comera_lightning.layers.kernels.full_table import full_table_bags, full_table_pays, full_table_rows
 from comera_lightning.layers.kernels.reference import bags_reference, rows_reference
 
 __all__ = ["fused_kernels_apply", "triton_usable", "two_factor_bags", "two_factor_rows"]
@@ -93,10 +95,16 @@ def _backward(ctx: Any, grad: torch.Tensor) -> tuple:
 _bags_op.register_autograd(_backward, setup_context=_setup_context)
 
 
+def _whole_table_pays(left: torch.Tensor, right: torch.Tensor, ids: torch.Tensor) -> bool:
+    return full_table_pays(left.shape[0] * right.shape[0], left.shape[1] * right.shape[2], ids.numel())
+
+
 def two_factor_rows(left: torch.Tensor, right: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     """``(len(ids), M_L·M_R)`` rows of the table ``left`` ``(N_L, M_L, r)`` and ``right`` ``(N_R, r, M_R)`` hold."""
     if not fused_kernels_apply(left):
         return rows_reference(left, right, ids)
+    if _whole_table_pays(left, right, ids):
+        return full_table_rows(left, right, ids)
     return _bags_op(left.contiguous(), right.contiguous(), ids, None, None, False)
 
 
@@ -108,6 +116,8 @@ def two_factor_bags(left: torch.Tensor, right: torch.Tensor, ids: torch.Tensor, 
     """
     if not fused_kernels_apply(left) or (weights is not None and weights.requires_grad):
         return bags_reference(left, right, ids, lengths, weights, mean=mean)
+    if _whole_table_pays(left, right, ids):
+        return full_table_bags(left, right, ids, lengths, weights, mean=mean)
     offsets = torch.cat([lengths.new_zeros(1), lengths.cumsum(0)])
     weights = weights.to(left.dtype).contiguous() if weights is not None else None
     return _bags_op(left.contiguous(), right.contiguous(), ids.contiguous(), offsets, weights, mean)

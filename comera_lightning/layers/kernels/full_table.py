@@ -1,0 +1,51 @@
+"""The two-factor lookup through the whole table: one GEMM builds every row, the lookup is a dense embedding's.
+
+Where a step looks up nearly as many ids as the table has rows (a language model's vocabulary: 8,192 tokens a step
+in a 32,000-row table), building the table ``left @ right`` in one GEMM and gathering from it costs less than the
+per-id products: the fused kernel's backward adds each id's ``(M_L, r)`` and ``(r, M_R)`` gradient slices atomically
+into the few slices every id shares, and at LLaMA-60M's shape it took 2.28 ms of a 28.9 ms step on an H200
+(docs/STEP_COST.md). Through the table the backward is a dense embedding's (the ids' gradients summed into the
+table's) and two GEMMs; nothing larger than the factors and ids is kept for it. Computed in the factors' dtype (as
+the kernels, autocast aside), so the rows are the kernels' to rounding.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from comera_lightning.layers.bag_pooling import pool_bags
+
+__all__ = ["MAX_TABLE_ELEMENTS", "ROWS_PER_LOOKUP", "full_table", "full_table_bags", "full_table_pays", "full_table_rows"]
+
+#: The whole table pays where it has at most this many rows per id looked up. Modeled, not measured: the 2026-11-30
+#: H200 profile's per-id kernels ran 6.4 GFLOP in 3.06 ms (about 2 TFLOP/s, atomics included); the table's GEMMs
+#: (three of ``2·N·M·r`` FLOPs in fp32) at a third of the device's 67 fp32 TFLOP/s break even near 24 rows per id.
+ROWS_PER_LOOKUP = 8
+#: ... and at most this many elements (fp32: 512 MiB for the table, as much for its gradient, both freed by the step).
+MAX_TABLE_ELEMENTS = 1 << 27
+
+
+def full_table_pays(n_rows: int, width: int, n_lookups: int) -> bool:
+    """Whether ``n_lookups`` ids of a table of ``n_rows`` rows of ``width`` columns are cheaper looked up in the whole table."""
+    return 0 < n_rows <= ROWS_PER_LOOKUP * n_lookups and n_rows * width <= MAX_TABLE_ELEMENTS
+
+
+def full_table(left: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
+    """``(N_L·N_R, M_L·M_R)``: every row ``i`` = ``left[i // N_R] @ right[i % N_R]`` flattened, from one GEMM."""
+    (n_left, m_left, rank), (n_right, _, m_right) = left.shape, right.shape
+    with torch.autocast(left.device.type, enabled=False):  # the kernels' precision: the factors' own dtype
+        product = left.reshape(n_left * m_left, rank) @ right.transpose(0, 1).reshape(rank, n_right * m_right)
+    return product.view(n_left, m_left, n_right, m_right).transpose(1, 2).reshape(n_left * n_right, m_left * m_right)
+
+
+def full_table_rows(left: torch.Tensor, right: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """``(len(ids), M_L·M_R)``: the ids' rows of :func:`full_table`."""
+    return F.embedding(ids, full_table(left, right))
+
+
+def full_table_bags(left: torch.Tensor, right: torch.Tensor, ids: torch.Tensor, lengths: torch.Tensor,
+                    weights: torch.Tensor | None = None, *, mean: bool = False) -> torch.Tensor:
+    """``(len(lengths), M_L·M_R)``: bag ``b`` pools (sum or mean, optionally weighted) its ``lengths[b]`` ids' rows."""
+    rows = full_table_rows(left, right, ids)
+    return pool_bags(rows, torch.arange(ids.numel(), device=ids.device), lengths, weights, mean=mean)

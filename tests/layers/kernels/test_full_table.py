@@ -1,0 +1,111 @@
+"""The lookup through the whole table (``kernels/full_table.py``): equal to the torch path, taken where it pays, built once a step."""
+
+import pytest
+import torch
+
+from comera_lightning import TTEmbedding
+from comera_lightning.layers.kernels import bags_reference, full_table, ops, rows_reference, two_factor_bags, two_factor_rows
+from comera_lightning.layers.kernels.full_table import full_table_bags, full_table_pays, full_table_rows
+
+#: (N_L, M_L, r, N_R, M_R): odd sizes, a rank of 1, LLaMA-60M's token table's slices at a few rows.
+SHAPES = [(7, 3, 5, 9, 6), (6, 4, 1, 5, 2), (3, 32, 256, 4, 16)]
+
+
+def _factors(shape):
+    n_left, m_left, rank, n_right, m_right = shape
+    return (torch.randn(n_left, m_left, rank, dtype=torch.float64, requires_grad=True),
+            torch.randn(n_right, rank, m_right, dtype=torch.float64, requires_grad=True))
+
+
+def _assert_same(got, want, inputs):
+    torch.testing.assert_close(got, want)
+    grad = torch.randn_like(want)
+    for g, w in zip(torch.autograd.grad(got, inputs, grad), torch.autograd.grad(want, inputs, grad)):
+        torch.testing.assert_close(g, w)
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_rows_equal_the_torch_path_with_repeated_ids(shape):
+    left, right = _factors(shape)
+    ids = torch.tensor([0, 3, 3, shape[0] * shape[3] - 1, 3, 5])
+    _assert_same(full_table_rows(left, right, ids), rows_reference(left, right, ids), (left, right))
+
+
+@pytest.mark.parametrize("mean, weighted", [(False, False), (True, True), (False, True)])
+def test_bags_equal_the_torch_path_with_empty_bags(mean, weighted):
+    left, right = _factors(SHAPES[0])
+    lengths = torch.tensor([3, 0, 1, 5, 0, 2])
+    ids = torch.randint(0, 63, (int(lengths.sum()),))
+    weights = torch.rand(ids.numel(), dtype=torch.float64) if weighted else None
+    _assert_same(full_table_bags(left, right, ids, lengths, weights, mean=mean),
+                 bags_reference(left, right, ids, lengths, weights, mean=mean), (left, right))
+
+
+def test_the_rows_keep_the_factors_precision_under_autocast():
+    left, right = (t.float().detach() for t in _factors(SHAPES[2]))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        rows = full_table_rows(left, right, torch.arange(12))
+    assert rows.dtype == torch.float32
+    torch.testing.assert_close(rows, rows_reference(left, right, torch.arange(12)))
+
+
+def test_it_pays_for_a_table_with_few_rows_per_lookup_and_not_beyond_its_size_cap():
+    assert full_table_pays(32000, 512, 8192)  # LLaMA-60M's token table, batch 32 of 256 tokens
+    assert full_table_pays(30522, 768, 4096)  # the paper's Transformer: 32 pairs of 128 tokens
+    assert not full_table_pays(1_000_000, 64, 32768)  # a recommender's table (benchmarks/training/gpu_lookup.py)
+    assert not full_table_pays(32000, 512, 1)  # one token
+    assert not full_table_pays(10_000_000, 128, 10_000_000)  # 1.28 G elements, past MAX_TABLE_ELEMENTS
+    assert not full_table_pays(0, 16, 8)
+
+
+@pytest.fixture
+def kernels_apply(monkeypatch):
+    """The routing the fused kernels' devices take (CUDA), on CPU: the kernels themselves are not run here."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setattr(ops, "_TRITON", True)
+
+
+def test_where_the_kernels_apply_many_lookups_take_the_whole_table(kernels_apply):
+    left, right = _factors(SHAPES[0])
+    ids = torch.randint(0, 63, (20,))
+    rows = two_factor_rows(left, right, ids)
+    assert type(rows.grad_fn).__name__ == "EmbeddingBackward0"
+    bags = two_factor_bags(left, right, ids, torch.tensor([15, 5]), mean=True)
+    assert "two_factor_bags" not in type(bags.grad_fn).__name__
+    assert not ops._whole_table_pays(left, right, ids[:7])  # 63 rows for 7 ids: the kernel's
+
+
+def test_a_token_table_builds_the_whole_table_once_a_step_and_equals_its_dense_table(kernels_apply, monkeypatch):
+    """No recomputation in backward (the torch path's checkpoint): the table's GEMM runs once a forward and backward."""
+    built = []
+    monkeypatch.setattr(full_table, "full_table", lambda *a, _f=full_table.full_table: built.append(1) or _f(*a))
+    layer = TTEmbedding(300, 24, max_rank=8, num_cores=2, padding_idx=2)
+    with torch.no_grad():
+        layer.gates[0][::3] = 0.0  # dead ranks
+    ids = torch.randint(0, 300, (4, 40))
+    rows = layer(ids)
+    expected = layer.weight_table()[ids]
+    torch.testing.assert_close(rows, expected, rtol=1e-5, atol=1e-5)
+    params = [*layer.cores, *layer.gates]
+    grad = torch.randn_like(rows)
+    for got, want in zip(torch.autograd.grad(rows, params, grad), torch.autograd.grad(expected, params, grad)):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    assert len(built) == 1
+
+
+def test_the_whole_table_compiles_into_one_graph(kernels_apply):
+    """What ``torch.compile`` and CUDA graphs capture on a GPU: no graph break, the same gradients."""
+    layer = TTEmbedding(300, 24, max_rank=8, num_cores=2)
+    ids = torch.randint(0, 300, (4, 40))
+
+    def loss(ids):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return layer(ids).square().sum()
+
+    params = list(layer.parameters())
+    got = torch.autograd.grad(torch.compile(loss, fullgraph=True, backend="aot_eager")(ids), params, allow_unused=True)
+    want = torch.autograd.grad(loss(ids), params, allow_unused=True)
+    for g, w in zip(got, want):
+        assert (g is None) == (w is None)
+        if g is not None:
+            torch.testing.assert_close(g, w)
