@@ -47,6 +47,11 @@ PAGES = [
                      "Ranks derived from fractions round down to a multiple of 8 in layers at least 256 wide "
                      "(`tensorize/build.py`, `aligned_rank`); \"of them misaligned\": GEMM FLOPs a GPU runs on its "
                      "slow kernels ([What a step costs a GPU](../STEP_COST.md#the-cut-made-after-it-ranks-in-16-byte-rows))."),
+             Section("The step account, token tables through the whole table", "step_account_whole_table.json",
+                     "benchmarks.training.step_account:markdown",
+                     "As a GPU looks them up at batch 32 since 2026-11-30 (`kernels/full_table.py`; the accounts above "
+                     "counted the torch path a CPU runs): [What a step costs a GPU]"
+                     "(../STEP_COST.md#the-next-cut-the-token-tables-lookup-through-the-whole-table)."),
              Section("The same, the code the H200 ran on 2026-11-30", "step_account_unaligned.json",
                      "benchmarks.training.step_account:markdown",
                      "Commit 2694884 (ranks as their fractions gave them), counted with the next commit's counter."),
@@ -55,7 +60,7 @@ PAGES = [
                      "The code that ran on the H200 on 2026-11-28 (commit c7f9c21), counted the same way."),
              Section("LLaMA-60M's token table by lookup route", "token_lookup_cpu.json",
                      "benchmarks.training.token_lookup:markdown",
-                     "Forward and backward of the 32,000 x 512 table (two factors at rank 256) for 8,192 ids, each route "
+                     "Forward and backward of the 32,000 x 512 table (two factors at rank 440) for 8,192 ids, each route "
                      "side by side in one process; the per-id kernel runs on CUDA only (its cost counted by formula). "
                      "On a GPU the layer now takes the whole table here ([What a step costs a GPU]"
                      "(../STEP_COST.md#the-next-cut-the-token-tables-lookup-through-the-whole-table))."),

@@ -20,18 +20,24 @@ the casts autocast adds (as the GPU runs do). The memory floor: state plus saved
 GPU's peak adds the largest op's transients (``gpu_speed.py`` measures it). Systems: ``dense``, ``comera`` (the
 defaults' early stage, at twice the 4x budget's end size), ``comera-end`` (the 4x budget's end size, the compute of
 the late stage's end), ``comera-paper`` (the Transformer in the paper's layout).
-``--check``: tiny shapes (the tests run it).
+Token tables are counted as a GPU looks them up at the workloads' batch of 32: through the whole table (one GEMM and a
+dense embedding's lookup, ``comera_lightning/layers/kernels/full_table.py``); ``--lookups torch`` counts the torch path a
+CPU runs (as every account before 2026-11-30's cut did). ``--check``: tiny shapes (the tests run it).
 
     python -m benchmarks.training.step_account [--models llama60m,transformer] [--systems dense,comera,comera-paper]
-        [--batch 1] [--at-batch N] [--seq S] [--precision 32-true] [--warmup 2] [--steps 2] [--check] [--out PATH]
+        [--batch 1] [--at-batch N] [--seq S] [--precision 32-true] [--warmup 2] [--steps 2] [--lookups torch] [--check]
+        [--out PATH]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import gc
+import os
 import sys
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -45,6 +51,9 @@ from benchmarks.training.gpu_runs import (CHECK_WORKLOADS, SYSTEMS, WORKLOADS, S
                                           system_callbacks)
 from benchmarks.training.op_tally import PHASES, OpTally, PhaseCount, PhaseMarks
 
+#: How token tables are counted: as a GPU looks them up at the workloads' batch of 32 (``kernels/full_table.py``), or
+#: through the torch path a CPU runs (how every account before 2026-11-30's lookup cut counted them).
+LOOKUP_ROUTES = ("whole-table", "torch")
 #: gpu_speed's systems and the default budget at its end size.
 ACCOUNT_SYSTEMS = {kind: (*systems, "comera-end") for kind, systems in SYSTEMS.items()}
 #: Dense training state (fp32 weights, gradients, AdamW's two moments) above this is counted at two depths, extended.
@@ -181,10 +190,15 @@ def _mib(value: float | None) -> str:
     return "-" if value is None else f"{value / 2**20:,.1f}"
 
 
+def _route(result: dict[str, Any]) -> str:
+    route = result["config"].get("lookups", "torch")  # (older accounts counted the torch path)
+    return "through the whole table" if route == "whole-table" else "by the torch path"
+
+
 def markdown(result: dict[str, Any]) -> str:
     """The account as a markdown table naming the host and what was counted."""
     lines = [f"Step account on **{result['machine']['cpu']}** (counted on CPU, torch {result['machine']['torch']}, "
-             f"{result['config']['precision']}, {result['date']}): `{result['command']}`", "",
+             f"{result['config']['precision']}, token tables {_route(result)}, {result['date']}): `{result['command']}`", "",
              "| model | system | kernels/step | fwd | bwd | opt | callback | loop | × dense kernels | GEMM GFLOP | "
              "× dense FLOPs | of them misaligned | saved MiB | × dense saved | state MiB | floor MiB | × dense floor | counted |",
              "|" + "---|" * 18]
@@ -209,6 +223,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--precision", default="32-true", choices=["32-true", "bf16-mixed"])
     parser.add_argument("--warmup", type=int, default=2, help="steps before the counted ones")
     parser.add_argument("--steps", type=int, default=2, help="steps counted (the figures are per step)")
+    parser.add_argument("--lookups", default="whole-table", choices=LOOKUP_ROUTES,
+                        help="token tables counted through the whole table (a GPU's route at batch 32) or the torch path")
     parser.add_argument("--check", action="store_true", help="tiny shapes")
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
@@ -221,6 +237,20 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+@contextlib.contextmanager
+def lookup_route(route: str) -> Iterator[None]:
+    """Two-factor table lookups through the whole table or the torch path while inside (``COMERA_WHOLE_TABLE``)."""
+    before = os.environ.get("COMERA_WHOLE_TABLE")
+    os.environ["COMERA_WHOLE_TABLE"] = "1" if route == "whole-table" else "0"
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["COMERA_WHOLE_TABLE"]
+        else:
+            os.environ["COMERA_WHOLE_TABLE"] = before
+
+
 def plan(args: argparse.Namespace) -> list[tuple[Workload, str]]:
     """(workload at the account's sequence length, system) for every system the workload's kind has."""
     known = CHECK_WORKLOADS if args.check else WORKLOADS
@@ -231,9 +261,10 @@ def plan(args: argparse.Namespace) -> list[tuple[Workload, str]]:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse(argv)
     rows = []
-    for workload, system in plan(args):
-        print(f"  {workload.name} {system} ...", file=sys.stderr, flush=True)
-        rows.append(account_row(workload, system, args))
+    with lookup_route(args.lookups):
+        for workload, system in plan(args):
+            print(f"  {workload.name} {system} ...", file=sys.stderr, flush=True)
+            rows.append(account_row(workload, system, args))
     add_ratios(rows)
     result = {"command": command_line(argv), "date": datetime.date.today().isoformat(), "config": vars(args),
               "machine": {**machine_basics(), "torch": torch.__version__}, "rows": rows}

@@ -13,7 +13,7 @@ from comera_lightning.layers.contraction import chain_cost, contract_chain, tt_s
 from comera_lightning.layers.hot_rows import HotRowIndex, IdCounter, default_cache_rows, hottest
 from comera_lightning.layers.inference_cache import caching_allowed
 from comera_lightning.layers.interface import LayerSummary, format_modes
-from comera_lightning.layers.kernels import fused_kernels_apply, two_factor_bags, two_factor_rows
+from comera_lightning.layers.kernels import fused_kernels_apply, two_factor_bags, two_factor_rows, whole_table_applies
 from comera_lightning.layers.shapes import bond_rank_caps, cheapest, is_two_factor_table, prod, table_modes
 from comera_lightning.layers.table_serving import TableServing
 from comera_lightning.layers.tt_rows import (chain_cost_per_id, chain_rows, check_ids, grouped_chain_rows, grouped_cost_per_id,
@@ -42,11 +42,11 @@ class TTEmbedding(TTModule):
       nothing per call, more per id; the cheaper one when a batch touches few rows of a big table.
 
     On CUDA with Triton installed, two cores (either lookup), or a longer train's half tables, run as one fused
-    kernel, forward and backward (``kernels/``); CPU keeps the torch path.
+    kernel or through the whole table (``kernels/``), forward and backward; CPU keeps the torch path.
 
-    With ``deduplicate`` (eager mode) each distinct id is contracted once and its gradient
-    accumulated once; the sort this needs costs more than it saves for text-like batches on CPU,
-    so it is off by default here and on in ``TTEmbeddingBagCollection``.
+    With ``deduplicate`` (eager mode) each distinct id is contracted once and its gradient accumulated once; the sort
+    this needs costs more than it saves for text-like batches on CPU, so it is off by default here and on in
+    ``TTEmbeddingBagCollection``.
 
     **Hot rows.** Training-mode forwards count the ids (bounded memory, ``hot_rows.py``); in eval
     mode without autograd the ``cache_rows`` most frequent rows are materialised from the cores
@@ -132,9 +132,7 @@ class TTEmbedding(TTModule):
         padded = table.new_zeros(prod(self.row_modes), prod(self.col_modes))
         padded[: self.num_embeddings, : self.embedding_dim] = table
         # (n1..nd, m1..md) -> (n1, m1, n2, m2, ...) -> (n1·m1, n2·m2, ...)
-        interleaved = padded.reshape(*self.row_modes, *self.col_modes).permute(
-            *[i for k in range(d) for i in (k, d + k)]
-        )
+        interleaved = padded.reshape(*self.row_modes, *self.col_modes).permute(*[i for k in range(d) for i in (k, d + k)])
         merged = interleaved.reshape([n * m for n, m in zip(self.row_modes, self.col_modes)])
         self.load_cores_(tt_svd(merged, self.physical_ranks))
 
@@ -212,12 +210,13 @@ class TTEmbedding(TTModule):
         return num_ids * per_id < tables
 
     def _fused_split(self, num_ids: int) -> int | None:
-        """The cut whose half tables the fused kernel (``kernels/``) multiplies for ``num_ids`` lookups, or None (torch path):
-        two cores are their own half tables; a longer train's where they are the cheaper lookup."""
-        if not fused_kernels_apply(self.cores[0]):
+        """The cut whose half tables ``kernels/`` multiplies for ``num_ids`` lookups (kernel or whole table), or None (torch
+        path): two cores are their own half tables; a longer train's where they are the cheaper lookup or whole."""
+        whole = whole_table_applies(self.cores[0], prod(self.row_modes), prod(self.col_modes), num_ids)
+        if not (whole or fused_kernels_apply(self.cores[0])):
             return None
         split = self.best_split(num_ids)
-        return split if len(self.cores) == 2 or not self.uses_chain(num_ids, split) else None
+        return split if whole or len(self.cores) == 2 or not self.uses_chain(num_ids, split) else None
 
     def lookup(self, ids: torch.Tensor) -> torch.Tensor:
         """Rows for a 1-D tensor of ids, ``(len(ids), embedding_dim)``, contracted from the cores (no hot rows)."""

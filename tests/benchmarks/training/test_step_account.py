@@ -34,6 +34,22 @@ def test_check_counts_every_system_and_the_phases_add_up(tmp_path):
     assert by_system["llama60m", "comera-end"]["parameters"] < by_system["llama60m", "comera"]["parameters"]
 
 
+def test_token_tables_are_counted_through_the_whole_table_or_the_torch_path(tmp_path):
+    """The account's default counts a GPU's route (one GEMM builds the table); ``--lookups torch`` the CPU's; dense alike."""
+    rows = {}
+    for route in step_account.LOOKUP_ROUTES:
+        out = tmp_path / f"{route}.json"
+        step_account.main(["--check", "--models", "llama60m", "--systems", "dense,comera", "--steps", "1", "--lookups", route,
+                           "--out", str(out)])
+        rows[route] = {r["system"]: r for r in json.loads(out.read_text())["rows"]}
+        said = "through the whole table" if route == "whole-table" else "by the torch path"
+        assert f"token tables {said}" in out.with_suffix(".md").read_text()
+    whole, torch_path = rows["whole-table"], rows["torch"]
+    assert whole["dense"]["gemm_flops"] == torch_path["dense"]["gemm_flops"]
+    assert whole["comera"]["gemm_flops"] != torch_path["comera"]["gemm_flops"]
+    assert whole["comera"]["kernels_by_phase"]["backward"] < torch_path["comera"]["kernels_by_phase"]["backward"]  # no recompute
+
+
 def test_the_callbacks_step_work_does_not_grow_with_the_layers():
     """Masks latched once for all layers, the size terms in bulk: twice the blocks, the same callback kernels; and each
     added block costs CoMERA at most 1.4 times what it costs dense (three gated two-factor MLP layers per block)."""
