@@ -7,6 +7,7 @@ and imports this one as ``benchmarks.probes``; a worker process is started the s
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import datetime
 import gc
@@ -17,6 +18,7 @@ import resource
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 GB = 1e9
@@ -159,3 +161,18 @@ def write_result(out: Path | str | None, result: dict, table: str) -> None:
         out.write_text(json.dumps(result, indent=1) + "\n")
         out.with_suffix(".md").write_text(table)
     print(table + (f"\nwrote {out} and {out.with_suffix('.md')}" if out is not None else ""))
+
+
+@contextlib.contextmanager
+def environment(**variables: str) -> Iterator[None]:
+    """Environment variables set to these values inside the block, as they were after it."""
+    before = {name: os.environ.get(name) for name in variables}
+    os.environ.update(variables)
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value

@@ -4,7 +4,7 @@ Two cores (how ``tensorize`` stores an ``nn.Embedding``), 32,768 Zipf(1.2) ids s
 of ``benchmarks/inference``), the layers side by side with interleaved rounds (``strategy_speed.interleaved_ms``):
 
 * training: forward and backward of the lookup (the fused kernel where it runs, ``comera_lightning/layers/kernels``;
-  and with ``COMERA_FUSED_KERNELS=0``, the torch path);
+  with ``COMERA_FUSED_KERNELS=0``, the torch path; with ``COMERA_WHOLE_TABLE=1``, through the whole table);
 * serving: eval, no autograd, after the ids were counted once (``count_ids``): the hot rows from the cache, the
   misses contracted through the half tables in torch (``layers/table_serving.py``); and the same table with the
   cache off (``cache_rows=0``: every id contracted, by the fused kernel where it runs, and by the torch path).
@@ -15,10 +15,8 @@ of ``benchmarks/inference``), the layers side by side with interleaved rounds (`
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -26,6 +24,7 @@ import torch
 from torch import nn
 
 from benchmarks.inference.embedding_workloads import ZIPF_A, scatter, zipf_ranks
+from benchmarks.probes import environment
 from benchmarks.training.strategy_speed import interleaved_ms
 from comera_lightning import TTEmbedding
 from comera_lightning.layers.kernels import fused_kernels_apply
@@ -34,36 +33,29 @@ SHAPE = {"rows": 1_000_000, "dim": 64, "rank": 32, "ids": 32768}
 CHECK_SHAPE = {"rows": 20_000, "dim": 16, "rank": 4, "ids": 512}
 
 
-@contextmanager
-def kernels(on: bool) -> Iterator[None]:
-    """The fused kernels where they run (``on``), or the layers' torch path, inside the block (same cost either way)."""
-    before = os.environ.get("COMERA_FUSED_KERNELS")
-    os.environ["COMERA_FUSED_KERNELS"] = "1" if on else "0"
-    try:
-        yield
-    finally:
-        if before is None:
-            del os.environ["COMERA_FUSED_KERNELS"]
-        else:
-            os.environ["COMERA_FUSED_KERNELS"] = before
+#: What each route of the lookup runs under: the layers' own choice, the torch path, the whole table.
+LAYERS_CHOICE: dict[str, str] = {}
+TORCH_PATH = {"COMERA_FUSED_KERNELS": "0", "COMERA_WHOLE_TABLE": "0"}
+WHOLE_TABLE = {"COMERA_WHOLE_TABLE": "1"}
 
 
 def _training(dense: nn.Embedding, tt: TTEmbedding, ids: torch.Tensor) -> dict[str, Callable[[], Any]]:
     grad = torch.randn(ids.numel(), dense.embedding_dim, device=ids.device)
 
-    def step(layer: nn.Module, torch_only: bool = False) -> Callable[[], Any]:
+    def step(layer: nn.Module, route: dict[str, str] = LAYERS_CHOICE) -> Callable[[], Any]:
         def call() -> None:
-            with kernels(on=not torch_only):
+            with environment(**route):
                 layer(ids).backward(grad)
         return call
 
-    return {"dense train": step(dense), "tt train": step(tt), "tt train, torch path": step(tt, True)}
+    return {"dense train": step(dense), "tt train": step(tt), "tt train, torch path": step(tt, TORCH_PATH),
+            "tt train, whole table": step(tt, WHOLE_TABLE)}
 
 
 def _serving(dense: nn.Embedding, tt: TTEmbedding, uncached: TTEmbedding, ids: torch.Tensor) -> dict[str, Callable[[], Any]]:
     def call(layer: nn.Module, torch_only: bool = False) -> Callable[[], Any]:
         def serve() -> Any:
-            with torch.no_grad(), kernels(on=not torch_only):
+            with torch.no_grad(), environment(**(TORCH_PATH if torch_only else LAYERS_CHOICE)):
                 return layer(ids)
         return serve
 
@@ -92,4 +84,5 @@ def lookup_speed(args: argparse.Namespace) -> dict[str, Any]:
     return {**shape, "zipf_a": ZIPF_A, "distinct_ids": int(ids.unique().numel()), "fused_kernel": fused_kernels_apply(tt.cores[0]),
             "tt_parameters": tt.num_parameters(), "dense_parameters": dense.weight.numel(), "ms": ms,
             "tt_over_dense": {"train": ms["tt train"] / ms["dense train"], "serve": ms["tt serve"] / ms["dense serve"]},
-            "kernel_speedup": {"train": ms["tt train, torch path"] / ms["tt train"], "serve": ms["tt serve, no cache, torch path"] / ms["tt serve, no cache"]}}
+            "kernel_speedup": {"train": ms["tt train, torch path"] / ms["tt train"], "serve": ms["tt serve, no cache, torch path"] / ms["tt serve, no cache"]},
+            "whole_table_speedup": ms["tt train"] / ms["tt train, whole table"]}

@@ -135,6 +135,8 @@ def _lookup_lines(lk: dict[str, Any]) -> list[str]:
     lines += ["", f"TT over dense: training {lk['tt_over_dense']['train']:.2f}x the time, serving {lk['tt_over_dense']['serve']:.2f}x; "
               f"kernel over torch path: training {lk['kernel_speedup']['train']:.2f}x faster, serving without the cache "
               f"{lk['kernel_speedup']['serve']:.2f}x."]
+    if "whole_table_speedup" in lk:  # (runs before 2026-11-30's whole-table route have none)
+        lines[-1] += f" Training through the whole table: {lk['whole_table_speedup']:.2f}x the layers' own choice's speed."
     return lines
 
 

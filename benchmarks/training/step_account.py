@@ -32,12 +32,9 @@ CPU runs (as every account before 2026-11-30's cut did). ``--check``: tiny shape
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime
 import gc
-import os
 import sys
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -46,7 +43,7 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader
 
-from benchmarks.probes import RESULTS, command_line, machine_basics, write_result
+from benchmarks.probes import RESULTS, command_line, environment, machine_basics, write_result
 from benchmarks.training.gpu_runs import (CHECK_WORKLOADS, SYSTEMS, WORKLOADS, SyntheticTokens, Workload, build_module,
                                           system_callbacks)
 from benchmarks.training.op_tally import PHASES, OpTally, PhaseCount, PhaseMarks
@@ -237,20 +234,6 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-@contextlib.contextmanager
-def lookup_route(route: str) -> Iterator[None]:
-    """Two-factor table lookups through the whole table or the torch path while inside (``COMERA_WHOLE_TABLE``)."""
-    before = os.environ.get("COMERA_WHOLE_TABLE")
-    os.environ["COMERA_WHOLE_TABLE"] = "1" if route == "whole-table" else "0"
-    try:
-        yield
-    finally:
-        if before is None:
-            del os.environ["COMERA_WHOLE_TABLE"]
-        else:
-            os.environ["COMERA_WHOLE_TABLE"] = before
-
-
 def plan(args: argparse.Namespace) -> list[tuple[Workload, str]]:
     """(workload at the account's sequence length, system) for every system the workload's kind has."""
     known = CHECK_WORKLOADS if args.check else WORKLOADS
@@ -261,7 +244,7 @@ def plan(args: argparse.Namespace) -> list[tuple[Workload, str]]:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse(argv)
     rows = []
-    with lookup_route(args.lookups):
+    with environment(COMERA_WHOLE_TABLE="1" if args.lookups == "whole-table" else "0"):
         for workload, system in plan(args):
             print(f"  {workload.name} {system} ...", file=sys.stderr, flush=True)
             rows.append(account_row(workload, system, args))

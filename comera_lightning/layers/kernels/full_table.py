@@ -22,7 +22,8 @@ __all__ = ["MAX_TABLE_ELEMENTS", "ROWS_PER_LOOKUP", "full_table", "full_table_ba
 
 #: The whole table pays where it has at most this many rows per id looked up. Modeled, not measured: the 2026-11-30
 #: H200 profile's per-id kernels ran 11.1 GFLOP in 3.06 ms (3.6 TFLOP/s, atomics included; rank 440); the table's
-#: three GEMMs of ``2·N·M·r`` FLOPs break even near 14 rows per id at 50 TFLOP/s (fp32), near 100 in bf16.
+#: three GEMMs of ``2·N·M·r`` FLOPs break even near 14 rows per id at 50 TFLOP/s (fp32), near 60 at the 214 TFLOP/s
+#: the device model fitted for bf16 GEMMs (docs/STEP_COST.md).
 ROWS_PER_LOOKUP = 8
 #: ... and at most this many elements (fp32: 512 MiB for the table, as much for its gradient, both freed by the step).
 MAX_TABLE_ELEMENTS = 1 << 27

@@ -1,10 +1,11 @@
-"""The two-factor lookup as ``torch.library`` custom ops over the Triton kernels, and the choice of kernel, whole table or torch path.
+"""The two-factor lookup as custom ops over the Triton kernels, and the choice of kernel, whole table or torch path.
 
-``comera::two_factor_bags`` (forward) and ``comera::two_factor_bags_backward`` are opaque to torch.compile (their
-fake implementations give the shapes), so a compiled model keeps them as one node each and a CUDA graph captures their
-launches. :func:`two_factor_rows` and :func:`two_factor_bags` take the kernels where :func:`fused_kernels_apply`, else
-the torch path (``reference.py``). On the kernels' devices, where a step looks up about as many ids as the table has
-rows, the whole table is built instead (``full_table.py``: one GEMM, a dense embedding's backward, no atomics).
+``comera::two_factor_bags`` (forward) and ``comera::two_factor_bags_backward`` are ``torch.library`` custom ops, opaque to
+torch.compile (their fake implementations give the shapes), so a compiled model keeps them as one node each and a CUDA
+graph captures their launches. :func:`two_factor_rows` and :func:`two_factor_bags` take the kernels where
+:func:`fused_kernels_apply`, else the torch path (``reference.py``). On the kernels' devices, where a step looks up about
+as many ids as the table has rows, the whole table is built instead (``full_table.py``: one GEMM, a dense embedding's
+backward, no atomics: :func:`whole_table_applies`).
 """
 
 from __future__ import annotations

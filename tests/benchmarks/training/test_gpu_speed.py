@@ -42,8 +42,9 @@ def test_check_runs_every_row_on_cpu(bench, tmp_path, argv):
     assert systems == ({"dense", "comera"} if "llama60m" in argv else {"dense", "comera", "comera-paper"})
     lookup = result["lookup"]
     assert set(lookup["ms"]) == {f"{who} {what}" for who in ("dense", "tt") for what in ("train", "serve")} | {
-        "tt train, torch path", "tt serve, no cache", "tt serve, no cache, torch path"}
+        "tt train, torch path", "tt train, whole table", "tt serve, no cache", "tt serve, no cache, torch path"}
     assert not lookup["fused_kernel"] and lookup["tt_parameters"] < lookup["dense_parameters"]
+    assert set(result["token_lookup"]["ms"]) == {"nn.Embedding", "whole table", "torch path"}  # (the kernel: CUDA only)
     table = out.with_suffix(".md").read_text()
     assert "cpu (--check)" in table and table.count("\n| llama60m |" if "llama60m" in argv else "\n| transformer |") == len(result["runs"])
 
