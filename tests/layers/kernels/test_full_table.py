@@ -1,11 +1,13 @@
 """The lookup through the whole table (``kernels/full_table.py``): equal to the torch path, taken where it pays, built once a step."""
 
+import lightning as L
 import pytest
 import torch
 
-from comera_lightning import TTEmbedding
+from comera_lightning import ComeraCallback, TTEmbedding
 from comera_lightning.layers.kernels import bags_reference, full_table, ops, rows_reference, two_factor_bags, two_factor_rows
 from comera_lightning.layers.kernels.full_table import full_table_bags, full_table_pays, full_table_rows
+from tests.helpers.lm_modules import TinyCausalLM, code_lm_data
 
 #: (N_L, M_L, r, N_R, M_R): odd sizes, a rank of 1, LLaMA-60M's token table's slices at a few rows.
 SHAPES = [(7, 3, 5, 9, 6), (6, 4, 1, 5, 2), (3, 32, 256, 4, 16)]
@@ -99,3 +101,30 @@ def test_comera_whole_table_forces_the_route_on_any_device(monkeypatch, forced, 
     rows = layer(ids)
     assert bool(built) == many_ids
     torch.testing.assert_close(rows, layer.weight_table()[ids], rtol=1e-5, atol=1e-5)
+
+
+class _Losses(L.Callback):
+    def __init__(self):
+        self.values = []
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        self.values.append(float(outputs["loss"]))
+
+
+def test_a_hugging_face_llama_trains_through_the_whole_table_as_through_the_torch_path(tmp_path, monkeypatch):
+    """Code nobody here wrote (``transformers``' Llama on the standard library's source), the callback's defaults, 30
+    steps: the losses of the two routes agree to rounding (the token table's gradients, gates and all)."""
+    data = code_lm_data(tmp_path)
+    runs, built = {}, []
+    monkeypatch.setattr(full_table, "full_table", lambda *a, _f=full_table.full_table: built.append(1) or _f(*a))
+    for route in ("1", "0"):
+        monkeypatch.setenv("COMERA_WHOLE_TABLE", route)
+        assert len(built) == (0 if route == "1" else 30)  # one table a step through the whole table, none by the torch path
+        L.seed_everything(0)
+        losses = _Losses()
+        trainer = L.Trainer(max_steps=30, callbacks=[ComeraCallback(), losses], logger=False, enable_checkpointing=False,
+                            enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0, num_sanity_val_steps=0)
+        trainer.fit(TinyCausalLM(data.vocab_size), datamodule=data)
+        runs[route] = losses.values
+    assert len(runs["1"]) == 30 and runs["1"][-1] < runs["1"][0] - 0.5
+    assert max(abs(a - b) for a, b in zip(runs["1"], runs["0"])) < 1e-4, (runs["1"][-3:], runs["0"][-3:])
