@@ -128,3 +128,30 @@ def test_a_hugging_face_llama_trains_through_the_whole_table_as_through_the_torc
         runs[route] = losses.values
     assert len(runs["1"]) == 30 and runs["1"][-1] < runs["1"][0] - 0.5
     assert max(abs(a - b) for a, b in zip(runs["1"], runs["0"])) < 1e-4, (runs["1"][-3:], runs["0"][-3:])
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_torchrec_bags_pool_through_the_whole_table_as_through_the_torch_path(monkeypatch, weighted):
+    torchrec = pytest.importorskip("torchrec")
+    from comera_lightning import TTEmbeddingBagCollection
+
+    tables = [torchrec.EmbeddingBagConfig(name="sum", embedding_dim=12, num_embeddings=1500, feature_names=["a", "b"]),
+              torchrec.EmbeddingBagConfig(name="mean", embedding_dim=8, num_embeddings=2000, feature_names=["c"],
+                                          pooling=torchrec.PoolingType.MEAN)]
+    collection = TTEmbeddingBagCollection(tables, max_rank=6, num_cores=2, is_weighted=weighted)
+    lengths = torch.tensor([20, 0, 31, 12, 25, 0, 40, 9, 22])  # 3 features x 3 bags, empty bags among them
+    values = torch.cat([torch.randint(0, top, (int(n),)) for top, n in zip((1500, 1500, 2000), lengths.view(3, 3).sum(1))])
+    features = torchrec.KeyedJaggedTensor(keys=["a", "b", "c"], values=values, lengths=lengths,
+                                          weights=torch.rand(values.numel()) if weighted else None)
+    params, outputs, grads, built = list(collection.parameters()), {}, {}, []
+    monkeypatch.setattr(full_table, "full_table", lambda *a, _f=full_table.full_table: built.append(1) or _f(*a))
+    for route in ("1", "0"):
+        monkeypatch.setenv("COMERA_WHOLE_TABLE", route)
+        outputs[route] = collection(features).values()
+        assert len(built) == 2  # both tables through the whole table, then none
+        grads[route] = torch.autograd.grad(outputs[route], params, torch.ones_like(outputs[route]), allow_unused=True)
+    torch.testing.assert_close(outputs["1"], outputs["0"], rtol=1e-5, atol=1e-5)
+    for got, want in zip(grads["1"], grads["0"]):
+        assert (got is None) == (want is None)
+        if got is not None:
+            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
