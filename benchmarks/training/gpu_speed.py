@@ -6,8 +6,9 @@ allows, each dense and with ``ComeraCallback``'s defaults (and the paper's layou
 ``torch.compile``d and under ``CUDAGraphStrategy``, in bf16-mixed and fp32, and eagerly at batch 1 for the peak memory
 of one sample (``gpu_runs.py``); and the 1M x 64 TT embedding lookup at rank 32 on
 Zipf ids, training and serving, against ``nn.Embedding`` and with the fused kernel against the torch path
-(``gpu_lookup.py``); and LLaMA-60M's token table by each lookup route (``token_lookup.py``). Reports steps/s, tokens/s and ``torch.cuda.max_memory_allocated``, and the ratios that compare
-like with like: CoMERA over dense in the same mode and precision, each mode over eager. The cheap rows run first
+(``gpu_lookup.py``); and LLaMA-60M's token table by each lookup route (``token_lookup.py``). Reports steps/s,
+tokens/s and ``torch.cuda.max_memory_allocated``, and the ratios that compare like with like: CoMERA over dense in
+the same mode and precision, each mode over eager. The cheap rows run first
 (eager, graphs and batch 1, bf16 first; compiled rows last, each compiles for tens of seconds); a row that would start after
 the budget is listed as not run. Writes JSON and a markdown table naming the device.
 
