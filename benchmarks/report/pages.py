@@ -73,7 +73,10 @@ PAGES = [
                      "`python -m benchmarks.device_session --budget 470`; early stage (every rank alive), ranks not yet "
                      "in 16-byte rows."),
              Section("The same, `torch.compile`", "h200/gpu_speed_compiled_2026-11-30.json",
-                     "benchmarks.training.gpu_speed:markdown"),
+                     "benchmarks.training.gpu_speed:markdown",
+                     "The Transformer's rows are not its speed: the harness compiled the classifier's torchmetrics "
+                     "metrics too, and a compiled metric recompiles at every step (found on CPU afterwards; mended in "
+                     "`gpu_runs.CompileNetworks`, not yet rerun on a GPU)."),
              Section("Where the device time goes (2026-11-30)", "h200/gpu_profile_2026-11-30.json",
                      "benchmarks.training.gpu_profile:markdown",
                      "`python -m benchmarks.training.gpu_profile`: the kernels' own device time, summed. `_forward` and "
@@ -85,6 +88,9 @@ PAGES = [
              Section("Modeled from the step account (not a measurement)", "device_model_h200.json",
                      "benchmarks.training.device_model:markdown",
                      "The model the cuts were planned with."),
+         ]),
+    Page("speed_gpu_first", "Speed on a GPU: the first device run", "What did the first H200 run (2026-11-26) measure "
+         "of CUDA graphs, single layers and a TT table's lookup?", [
              Section("CUDA graphs on the paper Transformer, fp32, 2 encoders (2026-11-26)",
                      "h200/strategy_speed_2layers.json", f"{GPU}:strategy_speed",
                      "`python -m benchmarks.training.strategy_speed`: the tensorized model in the paper's layout, one "

@@ -7,7 +7,8 @@ largest op after the matrix products (profile in ``benchmarks/training/transform
 falls below ``keep · 2^16``: the keep probability is ``1 - p`` rounded to a multiple of ``2^-16``
 and the kept values are scaled by the exact inverse of that probability, so the expected output
 equals the input. The mask is saved as ``bool`` (1 byte an element instead of 4). Other devices
-use ``F.dropout`` (on CUDA a fused kernel that CUDA graphs can capture).
+use ``F.dropout`` (on CUDA a fused kernel that CUDA graphs can capture), and so does a compiled graph (dynamo cannot
+trace the in-place draw: it broke the graph at every dropout).
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ def dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
     """Zero each element of ``x`` with probability ``p`` and scale the rest (identity when not training)."""
     if not training or p == 0.0:
         return x
-    if x.device.type != "cpu":
+    if x.device.type != "cpu" or torch.compiler.is_compiling():  # (compiled: inductor fuses its own; random_ breaks the graph)
         return F.dropout(x, p, training=True)
     mask, scale = keep_mask(x.shape, p, x.device)
     return _MaskAndScale.apply(x, mask, scale)

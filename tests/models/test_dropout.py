@@ -76,3 +76,13 @@ def test_training_attention_drops_probabilities_at_rate_p():
 def test_tiny_p_keeps_everything():
     mask, scale = keep_mask(torch.Size([1000]), 1e-9)
     assert mask.all() and scale == 1.0
+
+
+def test_compiled_it_breaks_no_graph():
+    """Dynamo cannot trace the CPU mask's in-place draw; a compiled graph takes ``F.dropout`` (it broke at every dropout)."""
+    torch._dynamo.reset()
+    encoder_attention = SelfAttention(EncoderConfig(d_model=32, num_heads=4, d_ff=64, dropout=0.1)).train()
+    x = torch.randn(2, 8, 32)
+    for function in (lambda t: dropout(t, 0.5), encoder_attention):
+        explained = torch._dynamo.explain(function)(x)
+        assert explained.graph_break_count == 0 and explained.graph_count == 1, explained.break_reasons

@@ -78,3 +78,13 @@ def test_a_failing_run_is_a_row_saying_why_and_the_others_still_run(bench, monke
     rows = bench.run_all(args, started=float("inf"))  # (a start in the future: never past the budget)
     assert calls == ["dense", "comera"]
     assert rows[1]["note"] == "failed: RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB" and rows[0]["steps_per_s"] == 1.0
+
+
+def test_compiled_rows_compile_the_networks_not_the_metrics():
+    """A compiled torchmetrics ``Metric`` recompiled at every step (its update count is a guarded integer)."""
+    from benchmarks.training.gpu_runs import CHECK_WORKLOADS, CompileNetworks, build_module
+
+    module = build_module(CHECK_WORKLOADS["transformer"])
+    CompileNetworks("aot_eager").on_fit_start(None, module)
+    compiled = {name for name, child in module.named_children() if child._compiled_call_impl is not None}
+    assert compiled == {"backbone", "pooler", "classifier"}
