@@ -88,8 +88,9 @@ def profiled_fit(workload: Any, system: str, args: argparse.Namespace) -> dict[s
     events = device_events(profiler, cuda)
     by_kind: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
     for name, calls, micros in events:
-        by_kind[kind_of(name)][0] += calls / args.steps
-        by_kind[kind_of(name)][1] += micros / args.steps / 1000
+        totals = by_kind[kind_of(name)]
+        totals[0] += calls / args.steps
+        totals[1] += micros / args.steps / 1000
     top = sorted(events, key=lambda e: -e[2])[: args.top]
     return {"model": workload.name, "system": system, "precision": args.precision,
             "kernels_per_step": sum(c for _, c, _ in events) / args.steps,

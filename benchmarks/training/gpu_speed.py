@@ -27,6 +27,7 @@ import argparse
 import datetime
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -141,6 +142,18 @@ def _lookup_lines(lk: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _or_error(what: str, measure: Callable[[], dict[str, Any]], check: bool) -> dict[str, Any]:
+    """``measure()``'s result, or the error it raised in one line (``--check`` raises it): the training rows still
+    run, and ``COMERA_FUSED_KERNELS=0`` rules the kernels out."""
+    print(f"  {what} ...", file=sys.stderr, flush=True)
+    try:
+        return measure()
+    except Exception as err:  # noqa: BLE001
+        if check:
+            raise
+        return {"error": f"{type(err).__name__}: {(str(err).splitlines() or [''])[0][:300]}"}
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse(argv)
     if not args.check and not torch.cuda.is_available():
@@ -149,20 +162,9 @@ def main(argv: list[str] | None = None) -> None:
     device = "cpu (--check)" if args.check else torch.cuda.get_device_name()
     result: dict[str, Any] = {"command": command_line(argv), "date": datetime.date.today().isoformat(), "config": vars(args),
                               "machine": {**machine_basics(), "device": device, "torch": torch.__version__}}
-    print("  the TT embedding lookup ...", file=sys.stderr, flush=True)
-    try:
-        result["lookup"] = lookup_speed(args)
-    except Exception as err:  # noqa: BLE001  (the training rows still run; COMERA_FUSED_KERNELS=0 rules the kernels out)
-        if args.check:
-            raise
-        result["lookup"] = {"error": f"{type(err).__name__}: {(str(err).splitlines() or [''])[0][:300]}"}
-    print("  the token table's lookup routes ...", file=sys.stderr, flush=True)
-    try:
-        result["token_lookup"] = token_lookup(torch.device("cpu" if args.check else "cuda"), args.check, args.warmup, args.steps)
-    except Exception as err:  # noqa: BLE001  (as the lookup above)
-        if args.check:
-            raise
-        result["token_lookup"] = {"error": f"{type(err).__name__}: {(str(err).splitlines() or [''])[0][:300]}"}
+    result["lookup"] = _or_error("the TT embedding lookup", lambda: lookup_speed(args), args.check)
+    result["token_lookup"] = _or_error("the token table's lookup routes", lambda: token_lookup(
+        torch.device("cpu" if args.check else "cuda"), args.check, args.warmup, args.steps), args.check)
     result["runs"] = run_all(args, started)
     add_ratios(result["runs"])
     result["seconds"] = round(time.perf_counter() - started, 1)

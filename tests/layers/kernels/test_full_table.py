@@ -63,6 +63,14 @@ def test_it_pays_for_a_table_with_few_rows_per_lookup_and_not_beyond_its_size_ca
 
 
 @pytest.fixture
+def built(monkeypatch):
+    """One entry per whole table built (``full_table.full_table`` called) while the test runs."""
+    calls = []
+    monkeypatch.setattr(full_table, "full_table", lambda *a, _f=full_table.full_table: calls.append(1) or _f(*a))
+    return calls
+
+
+@pytest.fixture
 def kernels_apply(monkeypatch):
     """The routing the fused kernels' devices take (CUDA), on CPU: the kernels themselves are not run here."""
     monkeypatch.setenv("TRITON_INTERPRET", "1")
@@ -87,15 +95,13 @@ def test_a_gpu_without_triton_takes_the_whole_table_too(monkeypatch):
 
 
 @pytest.mark.parametrize("forced, many_ids, few_ids", [("1", True, True), ("0", False, False)])
-def test_comera_whole_table_forces_the_route_on_any_device(monkeypatch, forced, many_ids, few_ids):
+def test_comera_whole_table_forces_the_route_on_any_device(monkeypatch, built, forced, many_ids, few_ids):
     """``1``: the step account counts a GPU's route on CPU; ``0``: the kernels' or the torch path's, as before."""
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     monkeypatch.setenv("COMERA_WHOLE_TABLE", forced)
     left, right = _factors(SHAPES[0])
     assert ops._whole_table(left, right, torch.arange(20)) == many_ids
     assert ops._whole_table(left, right, torch.arange(2)) == few_ids
-    built = []
-    monkeypatch.setattr(full_table, "full_table", lambda *a, _f=full_table.full_table: built.append(1) or _f(*a))
     layer = TTEmbedding(300, 24, max_rank=8, num_cores=3, lookup="tables")  # a longer train's half tables
     ids = torch.randint(0, 300, (2, 30))
     rows = layer(ids)
@@ -111,12 +117,11 @@ class _Losses(L.Callback):
         self.values.append(float(outputs["loss"]))
 
 
-def test_a_hugging_face_llama_trains_through_the_whole_table_as_through_the_torch_path(tmp_path, monkeypatch):
+def test_a_hugging_face_llama_trains_through_the_whole_table_as_through_the_torch_path(tmp_path, monkeypatch, built):
     """Code nobody here wrote (``transformers``' Llama on the standard library's source), the callback's defaults, 30
     steps: the losses of the two routes agree to rounding (the token table's gradients, gates and all)."""
     data = code_lm_data(tmp_path)
-    runs, built = {}, []
-    monkeypatch.setattr(full_table, "full_table", lambda *a, _f=full_table.full_table: built.append(1) or _f(*a))
+    runs = {}
     for route in ("1", "0"):
         monkeypatch.setenv("COMERA_WHOLE_TABLE", route)
         assert len(built) == (0 if route == "1" else 30)  # one table a step through the whole table, none by the torch path
@@ -131,7 +136,7 @@ def test_a_hugging_face_llama_trains_through_the_whole_table_as_through_the_torc
 
 
 @pytest.mark.parametrize("weighted", [False, True])
-def test_torchrec_bags_pool_through_the_whole_table_as_through_the_torch_path(monkeypatch, weighted):
+def test_torchrec_bags_pool_through_the_whole_table_as_through_the_torch_path(monkeypatch, built, weighted):
     torchrec = pytest.importorskip("torchrec")
     from comera_lightning import TTEmbeddingBagCollection
 
@@ -143,8 +148,7 @@ def test_torchrec_bags_pool_through_the_whole_table_as_through_the_torch_path(mo
     values = torch.cat([torch.randint(0, top, (int(n),)) for top, n in zip((1500, 1500, 2000), lengths.view(3, 3).sum(1))])
     features = torchrec.KeyedJaggedTensor(keys=["a", "b", "c"], values=values, lengths=lengths,
                                           weights=torch.rand(values.numel()) if weighted else None)
-    params, outputs, grads, built = list(collection.parameters()), {}, {}, []
-    monkeypatch.setattr(full_table, "full_table", lambda *a, _f=full_table.full_table: built.append(1) or _f(*a))
+    params, outputs, grads = list(collection.parameters()), {}, {}
     for route in ("1", "0"):
         monkeypatch.setenv("COMERA_WHOLE_TABLE", route)
         outputs[route] = collection(features).values()
