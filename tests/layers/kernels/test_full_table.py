@@ -94,6 +94,40 @@ def test_a_gpu_without_triton_takes_the_whole_table_too(monkeypatch):
     assert type(two_factor_rows(left, right, torch.randint(0, 63, (20,))).grad_fn).__name__ == "EmbeddingBackward0"
 
 
+def test_a_token_table_builds_the_whole_table_once_a_step_and_equals_its_dense_table(kernels_apply, built):
+    """No recomputation in backward (the torch path's checkpoint): the table's GEMM runs once a forward and backward."""
+    layer = TTEmbedding(300, 24, max_rank=8, num_cores=2, padding_idx=2)
+    with torch.no_grad():
+        layer.gates[0][::3] = 0.0  # dead ranks
+    ids = torch.randint(0, 300, (4, 40))
+    rows = layer(ids)
+    expected = layer.weight_table()[ids]
+    torch.testing.assert_close(rows, expected, rtol=1e-5, atol=1e-5)
+    params = [*layer.cores, *layer.gates]
+    grad = torch.randn_like(rows)
+    for got, want in zip(torch.autograd.grad(rows, params, grad), torch.autograd.grad(expected, params, grad)):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    assert len(built) == 1
+
+
+def test_the_whole_table_compiles_into_one_graph(kernels_apply):
+    """What ``torch.compile`` and CUDA graphs capture on a GPU: no graph break, the same gradients."""
+    layer = TTEmbedding(300, 24, max_rank=8, num_cores=2)
+    ids = torch.randint(0, 300, (4, 40))
+
+    def loss(ids):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return layer(ids).square().sum()
+
+    params = list(layer.parameters())
+    got = torch.autograd.grad(torch.compile(loss, fullgraph=True, backend="aot_eager")(ids), params, allow_unused=True)
+    want = torch.autograd.grad(loss(ids), params, allow_unused=True)
+    for g, w in zip(got, want):
+        assert (g is None) == (w is None)
+        if g is not None:
+            torch.testing.assert_close(g, w)
+
+
 @pytest.mark.parametrize("forced, many_ids, few_ids", [("1", True, True), ("0", False, False)])
 def test_comera_whole_table_forces_the_route_on_any_device(monkeypatch, built, forced, many_ids, few_ids):
     """``1``: the step account counts a GPU's route on CPU; ``0``: the kernels' or the torch path's, as before."""
