@@ -6,6 +6,11 @@
 * ``fisher_scales`` + ``fwsvd_factors_``: Fisher-weighted SVD (FWSVD, Hsu et al. 2022): each linear layer's output
   features weighted by the square root of their summed squared loss gradients on calibration batches (the Fisher
   information of the weight's rows) before the truncated SVD, so the outputs the loss is sensitive to are kept.
+* ``kfac_statistics`` + ``kfac_factors_``: the truncation the loss feels least under K-FAC's model of the Fisher
+  (both of the above at once, with whole covariances: SVD-LLM's input whitening and its output-gradient twin): each
+  layer's SVD taken of ``G^½ · W · A^½`` (``A``: its inputs' second moment, ``G``: its outputs' loss gradients',
+  on calibration batches), truncated, and whitened back; ``measured_ranks`` chooses each layer's rank by measuring
+  the loss of cutting it alone (the allocation of OWL and BESA, here by loss per weight), before any training.
 * ``magnitude_prune_``: ``torch.nn.utils.prune`` global magnitude pruning of the same layers' weights down to a count
   of nonzeros (unstructured: it saves parameters only where sparse storage is used).
 * ``distilled_``, ``distilled_output_``: the trained model as teacher of a plain path (CoMERA's ``Teacher``, outside
@@ -14,6 +19,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -94,6 +100,142 @@ def _scaled_svd_factors_(model: nn.Module, ranks: dict[str, int], scales: dict[s
     for name, scale in scales.items():
         factor = model.get_submodule(name).v if outputs else model.get_submodule(name).u
         factor.div_(scale.to(factor))
+
+
+#: K-FAC's damping: each second moment gains this share of its mean diagonal before its square root is inverted.
+KFAC_DAMPING = 1e-2
+
+
+def kfac_statistics(model: nn.Module, names: Iterable[str], batches: Iterable[Any],
+                    loss_of: Callable[[nn.Module, Any], torch.Tensor]) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """Per named layer, ``(A, G)``: the second moments of its inputs (a token table's: its rows' frequencies, on the
+    diagonal) and of its outputs' gradients of ``loss_of(model, batch)``, averaged over the batches' tokens."""
+    layers = {n: model.get_submodule(n) for n in names}
+    sums: dict[str, list[torch.Tensor]] = {n: [0, 0] for n in layers}
+    tokens: dict[str, int] = dict.fromkeys(layers, 0)
+
+    def record_input(name: str):
+        def hook(module: nn.Module, args: tuple) -> None:
+            x = args[0].detach()
+            if isinstance(module, nn.Embedding):
+                sums[name][0] = sums[name][0] + torch.bincount(x.flatten(), minlength=module.num_embeddings).float().diag()
+            else:
+                x = x.float().flatten(0, -2)
+                sums[name][0] = sums[name][0] + x.T @ x
+            tokens[name] += x.numel() if isinstance(module, nn.Embedding) else x.shape[0]
+        return hook
+
+    def record_gradient(name: str):
+        def hook(module: nn.Module, grad_input: tuple, grad_output: tuple) -> None:
+            g = grad_output[0].detach().float().flatten(0, -2)
+            sums[name][1] = sums[name][1] + g.T @ g
+        return hook
+
+    handles = [h for n, layer in layers.items() for h in (layer.register_forward_pre_hook(record_input(n)),
+                                                         layer.register_full_backward_hook(record_gradient(n)))]
+    try:
+        with warnings.catch_warnings():  # a first layer's inputs (ids, data) need no gradient: its hook fires all the same
+            warnings.filterwarnings("ignore", "Full backward hook is firing", UserWarning)
+            for batch in batches:
+                model.zero_grad(set_to_none=True)
+                loss_of(model, batch).backward()
+    finally:
+        for handle in handles:
+            handle.remove()
+        model.zero_grad(set_to_none=True)
+    return {n: (a / tokens[n], g / tokens[n]) for n, (a, g) in sums.items()}
+
+
+@torch.no_grad()
+def kfac_factors_(model: nn.Module, ranks: dict[str, int], statistics: dict[str, tuple[torch.Tensor, torch.Tensor]]) -> None:
+    """``svd_factors_`` of each layer's rank-r truncation in K-FAC's basis: ``G^-½ · trunc_r(G^½ W A^½) · A^-½``
+    (``W`` as ``y = W x``); the factors then split it evenly, as the plain path's do."""
+    for name, (a, g) in statistics.items():
+        if name in ranks:
+            layer = model.get_submodule(name)
+            layer.weight.copy_(_KfacSpectrum(layer, a, g).truncated(ranks[name]).to(layer.weight))
+    svd_factors_(model, ranks)
+
+
+#: Ranks per layer at which ``measured_ranks`` measures the loss of cutting it, spread evenly up to its full rank.
+MEASURED_RANKS_PER_LAYER = 16
+#: How many ranks ahead the allocation looks for the next best buy (a layer's measured loss is not convex in its rank).
+RANKS_AHEAD = 8
+
+
+@torch.no_grad()
+def measured_ranks(model: nn.Module, statistics: dict[str, tuple[torch.Tensor, torch.Tensor]], weights: int,
+                   batches: list[Any], loss_of: Callable[[nn.Module, Any], torch.Tensor]) -> dict[str, int]:
+    """Ranks of the layers of ``statistics`` whose factors hold at most ``weights``, chosen by measuring: each layer cut
+    alone in K-FAC's basis to ``MEASURED_RANKS_PER_LAYER`` ranks, the loss on ``batches`` at each (linear between
+    them); then, from rank 1 everywhere, the ranks that buy the most loss per weight, until ``weights`` is spent."""
+    training = model.training
+    model.eval()
+
+    def loss() -> float:
+        return sum(float(loss_of(model, batch)) for batch in batches) / len(batches)
+
+    dense, costs = loss(), {}
+    rises: dict[str, list[float]] = {}  # a layer's loss rise at every rank, 0 ... full
+    for name, (a, g) in statistics.items():
+        layer = model.get_submodule(name)
+        rows, cols, _ = _shape(layer)
+        costs[name], spectrum, kept = rows + cols, _KfacSpectrum(layer, a, g), layer.weight.clone()
+        full, measured = spectrum.full_rank, {}
+        every = max(1, full // MEASURED_RANKS_PER_LAYER)
+        for rank in sorted({1, *range(every, full + 1, every), full}):
+            layer.weight.copy_(spectrum.truncated(rank).to(kept))
+            measured[rank] = loss() - dense
+        layer.weight.copy_(kept)
+        rises[name] = _interpolated(measured, full)
+    model.train(training)
+    ranks = dict.fromkeys(statistics, 1)
+    spent = sum(costs.values())
+    while True:
+        buys = [((rises[n][r] - rises[n][r + k]) / (k * costs[n]), n, k) for n, r in ranks.items()
+                for k in range(1, RANKS_AHEAD + 1) if r + k < len(rises[n]) and spent + k * costs[n] <= weights]
+        if not buys:
+            return ranks
+        _, name, more = max(buys)
+        ranks[name] += more
+        spent += more * costs[name]
+
+
+def _interpolated(measured: dict[int, float], full: int) -> list[float]:
+    """The loss rise at every rank 0 ... ``full`` from the ranks measured (rank 0: twice rank 1's)."""
+    known = {0: 2 * measured[min(measured)], **measured}
+    points = sorted(known)
+    rises = []
+    for rank in range(full + 1):
+        upper = next(p for p in points if p >= rank)
+        lower = max(p for p in points if p <= rank)
+        share = 0.0 if upper == lower else (rank - lower) / (upper - lower)
+        rises.append(known[lower] + share * (known[upper] - known[lower]))
+    return rises
+
+
+class _KfacSpectrum:
+    """A layer's weight in K-FAC's basis: the SVD of ``G^½ W A^½``, whose rank-r truncations ``truncated`` gives back
+    in the layer's own storage order."""
+
+    def __init__(self, layer: nn.Module, inputs: torch.Tensor, gradients: torch.Tensor) -> None:
+        self.transposed = isinstance(layer, nn.Embedding) or type(layer).__name__ == "Conv1D"
+        weight = layer.weight.float().T if self.transposed else layer.weight.float()  # (out, in)
+        (a_half, self.a_inverse), (g_half, self.g_inverse) = _damped_roots(inputs), _damped_roots(gradients)
+        self.left, self.singular, self.right = torch.linalg.svd(g_half @ weight @ a_half, full_matrices=False)
+        self.full_rank = len(self.singular)
+
+    def truncated(self, rank: int) -> torch.Tensor:
+        weight = self.g_inverse @ (self.left[:, :rank] * self.singular[:rank]) @ self.right[:rank] @ self.a_inverse
+        return weight.T if self.transposed else weight
+
+
+def _damped_roots(moment: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(M^½, M^-½)`` of a second moment after ``KFAC_DAMPING`` of its mean diagonal is added."""
+    damped = moment + KFAC_DAMPING * moment.diagonal().mean().clamp_min(1e-12) * torch.eye(len(moment), device=moment.device)
+    values, vectors = torch.linalg.eigh(damped)
+    values = values.clamp_min(1e-12)
+    return (vectors * values.sqrt()) @ vectors.T, (vectors / values.sqrt()) @ vectors.T
 
 
 def _as_layer(layer: nn.Module, weight_in_out: torch.Tensor) -> torch.Tensor:

@@ -16,6 +16,11 @@ A causal LM (``ModelSpec``, default a Llama of width 64 and 4 blocks on the code
   training batches, ASVD), fine-tuned;
 * ``fwsvd_ft``: the same with Fisher-weighted SVD (each output feature weighted by √ of its summed squared loss
   gradients on 8 training batches, FWSVD), fine-tuned;
+* ``kfac_ft``: the same with K-FAC-whitened SVD (each layer's SVD taken of ``G^½ W A^½``, its inputs' and its outputs'
+  gradients' second moments on 8 training batches: the truncation the loss feels least), fine-tuned;
+* ``svd_ft_measured``, ``kfac_ft_measured``: SVD and K-FAC-whitened SVD + fine-tuning at ranks measured before the
+  first step (``measured_ranks``: each layer cut alone, its loss on 4 more training batches; the ranks then bought
+  by loss per weight up to CoMERA's size): a one-shot data-aware path that needs CoMERA's size, not its ranks;
 * ``prune_ft``: ``torch.nn.utils.prune`` global magnitude pruning of the same layers' weights to the weights CoMERA
   kept (nonzeros; unstructured), fine-tuned with the masks;
 * ``dense_ft``: the dense model trained the same extra steps (what compression costs);
@@ -43,8 +48,10 @@ from benchmarks.quality.runs import fit, print_result
 from benchmarks.quality.settings import RaceSettings, _options, check_teacher, default_systems
 from benchmarks.quality.weights_cache import add_run_arguments, apply_check, load_or_train
 
-SYSTEMS = ("comera", "svd", "svd_ft", "svd_ft_uniform", "svd_ft_distill", "asvd_ft", "fwsvd_ft", "prune_ft", "dense_ft", "small")
+SYSTEMS = ("comera", "svd", "svd_ft", "svd_ft_uniform", "svd_ft_distill", "asvd_ft", "fwsvd_ft", "kfac_ft",
+           "svd_ft_measured", "kfac_ft_measured", "prune_ft", "dense_ft", "small")
 CALIBRATION_BATCHES = 8
+HELD_BATCHES = 4  # the batches measured_ranks measures each cut's loss on, after the calibration ones
 CHECK = {"model": "llama:32:1", "train_steps": 16, "epochs": 2, "batch_size": 4, "block_size": 32, "vocab_size": 300,
          "max_bytes": 300_000, "val_batches": 2, "ft_epochs": 2}
 
@@ -173,26 +180,39 @@ def trained_model(args: argparse.Namespace, spec: ModelSpec, data: Any, state: d
 
 def plain_baselines(args: argparse.Namespace, spec: ModelSpec, data: Any, state: dict[str, Any], ranks: dict[str, int],
                     systems: list[str], settings: RaceSettings, extra: int, modules: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """ASVD, FWSVD and magnitude pruning, each + fine-tuning at CoMERA's sizes, those of ``systems`` asked (their
-    trained modules added to ``modules``)."""
+    """ASVD, FWSVD, K-FAC SVD (at CoMERA's ranks and at measured ones) and magnitude pruning, each + fine-tuning at
+    CoMERA's sizes, those of ``systems`` asked (their trained modules added to ``modules``)."""
     import itertools
 
     from benchmarks.quality.baselines import (activation_scales, asvd_factors_, fisher_scales, fwsvd_factors_, kept_weights,
-                                              magnitude_prune_, nonzero_parameters)
+                                              kfac_factors_, kfac_statistics, magnitude_prune_, measured_ranks,
+                                              nonzero_parameters)
 
     results: dict[str, dict[str, Any]] = {}
-    if not {"asvd_ft", "fwsvd_ft", "prune_ft"} & set(systems):
+    if not {"asvd_ft", "fwsvd_ft", "kfac_ft", "svd_ft_measured", "kfac_ft_measured", "prune_ft"} & set(systems):
         return results
     dense = trained_model(args, spec, data, state).model.eval()
+    loss_of = lambda model, batch: model(**batch).loss
     calibrations = {  # each weighted SVD: its scales from the dense model on calibration batches, and its factors
         "asvd_ft": (lambda batches: activation_scales(dense, ranks, batches), asvd_factors_),
-        "fwsvd_ft": (lambda batches: fisher_scales(dense, ranks, batches, lambda model, batch: model(**batch).loss), fwsvd_factors_),
+        "fwsvd_ft": (lambda batches: fisher_scales(dense, ranks, batches, loss_of), fwsvd_factors_),
+        "kfac_ft": (lambda batches: kfac_statistics(dense, ranks, batches, loss_of), kfac_factors_),
     }
     for system in [s for s in calibrations if s in systems]:
         calibrate, factors_ = calibrations[system]
         scales = calibrate(itertools.islice(data.train_dataloader(), CALIBRATION_BATCHES))
         results[system], modules[system] = fit(system, spec, settings, data, lr=args.ft_lr, steps=extra, start_from=copy.deepcopy(state),
                                                transform=lambda model: factors_(model, ranks, scales))
+    if {"svd_ft_measured", "kfac_ft_measured"} & set(systems):
+        batches = list(itertools.islice(data.train_dataloader(), CALIBRATION_BATCHES + HELD_BATCHES))
+        statistics = kfac_statistics(dense, ranks, batches[:CALIBRATION_BATCHES], loss_of)
+        measured = measured_ranks(dense, statistics, kept_weights(ranks, dense), batches[CALIBRATION_BATCHES:], loss_of)
+        truncations = {"svd_ft_measured": lambda model: svd_factors_(model, measured),
+                       "kfac_ft_measured": lambda model: kfac_factors_(model, measured, statistics)}
+        for system in [s for s in truncations if s in systems]:
+            results[system], modules[system] = fit(system, spec, settings, data, lr=args.ft_lr, steps=extra,
+                                                   start_from=copy.deepcopy(state), transform=truncations[system])
+            results[system]["ranks"] = measured
     if "prune_ft" in systems:
         keep = kept_weights(ranks, dense)
         results["prune_ft"], modules["prune_ft"] = fit("prune_ft", spec, settings, data, lr=args.ft_lr, steps=extra,

@@ -5,7 +5,8 @@ import torch
 from torch import nn
 
 from benchmarks.quality.baselines import (activation_scales, asvd_factors_, distilled_, distilled_output_, fisher_scales,
-                                         fwsvd_factors_, kept_weights, magnitude_prune_, nonzero_parameters)
+                                         fwsvd_factors_, kept_weights, kfac_factors_, kfac_statistics, magnitude_prune_,
+                                         measured_ranks, nonzero_parameters)
 from benchmarks.quality.models import svd_factors_, svd_ranks_of, uniform_ranks_of
 from comera_lightning import TensorizeConfig
 from comera_lightning.rank import tt_layers
@@ -58,6 +59,52 @@ def test_fwsvd_at_full_rank_is_exact_and_at_low_rank_favours_the_outputs_the_los
     fwsvd_factors_(aware, {"first": 4}, {"first": scales["first"]})
     target = net.first(x)[:, :4]
     assert (aware.first(x)[:, :4] - target).norm() < 0.5 * (plain.first(x)[:, :4] - target).norm()
+
+
+def test_kfac_svd_at_full_rank_is_exact_and_at_low_rank_loses_less_of_the_loss_than_plain_svd():
+    torch.manual_seed(0)
+    net = Net()
+    with torch.no_grad():
+        net.second.weight[:, 4:] = 0  # the loss reads 4 of the first layer's 32 outputs
+    x = torch.randn(256, 16) * torch.cat([torch.full((4,), 10.0), torch.full((12,), 0.1)])  # and 4 inputs carry the data
+    loss_of = lambda model, batch: model(batch).pow(2).mean()
+    statistics = kfac_statistics(net, ["first"], [x], loss_of)
+    inputs, gradients = statistics["first"]
+    assert inputs.shape == (16, 16) and gradients.shape == (32, 32) and gradients[4:, 4:].abs().max() == 0
+    assert all(p.grad is None for p in net.parameters()), "the gradients taken are cleared"
+    exact = Net()
+    exact.load_state_dict(net.state_dict())
+    kfac_factors_(exact, {"first": 16}, statistics)
+    torch.testing.assert_close(exact.first(x), net.first(x), rtol=1e-3, atol=1e-3)
+    plain, aware = Net(), Net()
+    plain.load_state_dict(net.state_dict()), aware.load_state_dict(net.state_dict())
+    svd_factors_(plain, {"first": 3})
+    kfac_factors_(aware, {"first": 3}, statistics)
+    dense = loss_of(net, x).detach()
+    assert (loss_of(aware, x) - dense).abs() < 0.5 * (loss_of(plain, x) - dense).abs()
+
+
+def test_measured_ranks_spend_the_weights_where_cutting_costs_the_loss_most():
+    torch.manual_seed(0)
+    net = Net()
+    x = torch.randn(256, 16) * torch.cat([torch.ones(4), torch.full((12,), 1e-3)])  # the first layer needs rank 4 at most
+    target = net(x).detach() + 0.01 * torch.randn(256, 8)  # a model trained to about its data's noise
+    loss_of = lambda model, batch: (model(batch) - target).pow(2).mean()
+    statistics = kfac_statistics(net, ["first", "second"], [x], loss_of)
+    before = {name: p.clone() for name, p in net.state_dict().items()}
+    weights = kept_weights({"first": 6, "second": 6}, net)
+    ranks = measured_ranks(net, statistics, weights, [x], loss_of)
+    assert kept_weights(ranks, net) <= weights and ranks["second"] == 8 > 6 > ranks["first"] >= 4
+    assert all(torch.equal(before[name], p) for name, p in net.state_dict().items()), "the model is given back as it was"
+    assert net.training, "and in the mode it was in"
+
+
+def test_kfac_statistics_of_a_token_table_are_its_rows_frequencies():
+    table = nn.Embedding(5, 3)
+    ids = torch.tensor([[0, 0, 1, 4]])
+    inputs, gradients = kfac_statistics(table, [""], [ids], lambda model, batch: model(batch).sum())[""]
+    torch.testing.assert_close(inputs, torch.diag(torch.tensor([0.5, 0.25, 0.0, 0.0, 0.25])))
+    torch.testing.assert_close(gradients, torch.ones(3, 3))
 
 
 def test_magnitude_pruning_keeps_the_weights_asked_for():

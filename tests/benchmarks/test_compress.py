@@ -13,10 +13,14 @@ def test_every_system_starts_from_the_trained_weights_and_the_plain_path_gets_co
     result = compress.main(["--check", "--compressions", "4", "--no-served", "--cache", str(cache), "--out", str(out)])
     assert json.loads(out.read_text()) == result and "cache" not in result["args"] and "out" not in result["args"]
     runs = result["by_compression"]["4"]
-    assert set(runs) == {"comera", "svd", "svd_ft", "svd_ft_uniform", "asvd_ft", "fwsvd_ft", "prune_ft", "small"}
+    assert set(runs) == {"comera", "svd", "svd_ft", "svd_ft_uniform", "asvd_ft", "fwsvd_ft", "kfac_ft", "svd_ft_measured",
+                         "kfac_ft_measured", "prune_ft", "small"}
     assert result["dense_ft"]["steps"] == 4
-    factored = {runs[s]["parameters"] for s in ("svd", "svd_ft", "asvd_ft", "fwsvd_ft")}
+    factored = {runs[s]["parameters"] for s in ("svd", "svd_ft", "asvd_ft", "fwsvd_ft", "kfac_ft")}
     assert len(factored) == 1 and factored.pop() < result["dense"]["parameters"]
+    measured = runs["kfac_ft_measured"]  # ranks of its own, measured, at no more than CoMERA's size
+    assert measured["ranks"] == runs["svd_ft_measured"]["ranks"] and measured["ranks"].keys() == runs["comera"]["ranks"].keys()
+    assert measured["parameters"] == runs["svd_ft_measured"]["parameters"] <= runs["svd"]["parameters"] * 1.01
     assert abs(runs["prune_ft"]["parameters"] / runs["svd"]["parameters"] - 1) < 0.05, "pruned to the same weights (nonzeros)"
     assert abs(runs["svd"]["parameters"] / runs["comera"]["parameters"] - 1) < 0.05, "the same size as CoMERA's end"
     assert runs["comera"]["ranks"] and runs["small"]["width"] < 32
