@@ -36,6 +36,10 @@ TOKEN_STEPS = ("`python -m benchmarks.quality.compress --ft-lr 3e-3 --threads 1 
                "gpt2:64:4` for GPT-2), 2026-11-30: today's defaults, whose token cores move 4x the optimizer's step from "
                "trained weights at 2x and 4x (12x before; [the sweep](compression_token_steps.md)), and the plain paths at "
                "their ranks; the dense models are those of the other compression pages.")
+DATA_AWARE = ("Today's defaults beside the plain paths at their ranks and at ranks measured before the first step, from "
+              "the trained weights of the other compression pages (each seed its own dense model), LR 3e-3; each "
+              "file's command in its note (`--vocab-size 261` for bytes, `--model gpt2:64:4` for GPT-2, `--extra 0.1` "
+              "for 10 %).")
 HIGH = ("`python -m benchmarks.quality.compress --ft-lr 3e-3 --threads 1 --no-served --systems "
         "comera,svd_ft,fwsvd_ft,prune_ft,small` (2026-11-30), 25 % extra steps:")
 
@@ -292,6 +296,12 @@ COMPRESSION_PAGES = [
                                  ("llama-96x4", "The wider Llama (width 96)"), ("byte_llama-96x4", "The wider byte Llama"))
              for suffix, extra in (("", "25 %"), ("_extra10", "10 %")) for seed in (0, 1)
              if not (model.endswith("96x4") and suffix)]),
+    Page("compression_kfac", "Trained language models cut by what their data says", "How much does a data-aware "
+         "truncation (K-FAC) give the plain path at CoMERA's ranks, and how does a one-shot cut at measured ranks "
+         "compare with CoMERA's gradual one?", [
+             Section(f"{name}, {extra} extra steps, seed {seed}", f"compress_{model}_kfac{suffix}{'_seed1' if seed else ''}.json",
+                     f"{OURS}:compress_runs", DATA_AWARE if (model, seed, suffix) == ("llama-64x4", 0, "_extra10") else "")
+             for model, name in WIDTH_64_LMS for suffix, extra in (("_extra10", "10 %"), ("", "25 %")) for seed in (0, 1)]),
     Page("compression_tables", "A trained DLRM's tables compressed", "A trained DLRM's embedding tables compressed: how "
          "much AUC does each size keep, against the plain paths a user would write instead, and how small and fast is it "
          "served?", [
