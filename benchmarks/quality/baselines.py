@@ -108,8 +108,10 @@ KFAC_DAMPING = 1e-2
 
 def kfac_statistics(model: nn.Module, names: Iterable[str], batches: Iterable[Any],
                     loss_of: Callable[[nn.Module, Any], torch.Tensor]) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
-    """Per named layer, ``(A, G)``: the second moments of its inputs (a token table's: its rows' frequencies, on the
-    diagonal) and of its outputs' gradients of ``loss_of(model, batch)``, averaged over the batches' tokens."""
+    """Per named layer, ``(A, G)``: the second moments of its inputs (a token table's: its rows' frequencies, a vector:
+    the diagonal of ``A``) and of its outputs' gradients of ``loss_of(model, batch)``, averaged over the batches'
+    tokens. Whole matrices otherwise: for layers up to a few thousand features wide (a 32,000-token head's ``G`` alone
+    would take 4 GB)."""
     layers = {n: model.get_submodule(n) for n in names}
     sums: dict[str, list[torch.Tensor]] = {n: [0, 0] for n in layers}
     tokens: dict[str, int] = dict.fromkeys(layers, 0)
@@ -118,7 +120,7 @@ def kfac_statistics(model: nn.Module, names: Iterable[str], batches: Iterable[An
         def hook(module: nn.Module, args: tuple) -> None:
             x = args[0].detach()
             if isinstance(module, nn.Embedding):
-                sums[name][0] = sums[name][0] + torch.bincount(x.flatten(), minlength=module.num_embeddings).float().diag()
+                sums[name][0] = sums[name][0] + torch.bincount(x.flatten(), minlength=module.num_embeddings).float()
             else:
                 x = x.float().flatten(0, -2)
                 sums[name][0] = sums[name][0] + x.T @ x
@@ -222,18 +224,27 @@ class _KfacSpectrum:
         self.transposed = isinstance(layer, nn.Embedding) or type(layer).__name__ == "Conv1D"
         weight = layer.weight.float().T if self.transposed else layer.weight.float()  # (out, in)
         (a_half, self.a_inverse), (g_half, self.g_inverse) = _damped_roots(inputs), _damped_roots(gradients)
-        self.left, self.singular, self.right = torch.linalg.svd(g_half @ weight @ a_half, full_matrices=False)
+        self.left, self.singular, self.right = torch.linalg.svd(_on_inputs(g_half @ weight, a_half), full_matrices=False)
         self.full_rank = len(self.singular)
 
     def truncated(self, rank: int) -> torch.Tensor:
-        weight = self.g_inverse @ (self.left[:, :rank] * self.singular[:rank]) @ self.right[:rank] @ self.a_inverse
+        weight = _on_inputs(self.g_inverse @ (self.left[:, :rank] * self.singular[:rank]) @ self.right[:rank], self.a_inverse)
         return weight.T if self.transposed else weight
 
 
+def _on_inputs(weight: torch.Tensor, root: torch.Tensor) -> torch.Tensor:
+    """``weight @ root``, a vector ``root`` standing for its diagonal matrix (a token table's)."""
+    return weight * root if root.dim() == 1 else weight @ root
+
+
 def _damped_roots(moment: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(M^½, M^-½)`` of a second moment after ``KFAC_DAMPING`` of its mean diagonal is added."""
-    damped = moment + KFAC_DAMPING * moment.diagonal().mean().clamp_min(1e-12) * torch.eye(len(moment), device=moment.device)
-    values, vectors = torch.linalg.eigh(damped)
+    """``(M^½, M^-½)`` of a second moment (a vector: a diagonal one's) after ``KFAC_DAMPING`` of its mean diagonal is
+    added."""
+    diagonal = moment if moment.dim() == 1 else moment.diagonal()
+    damping = KFAC_DAMPING * diagonal.mean().clamp_min(1e-12)
+    if moment.dim() == 1:
+        return (moment + damping).sqrt(), (moment + damping).rsqrt()
+    values, vectors = torch.linalg.eigh(moment + damping * torch.eye(len(moment), device=moment.device))
     values = values.clamp_min(1e-12)
     return (vectors * values.sqrt()) @ vectors.T, (vectors / values.sqrt()) @ vectors.T
 

@@ -99,12 +99,30 @@ def test_measured_ranks_spend_the_weights_where_cutting_costs_the_loss_most():
     assert net.training, "and in the mode it was in"
 
 
-def test_kfac_statistics_of_a_token_table_are_its_rows_frequencies():
-    table = nn.Embedding(5, 3)
-    ids = torch.tensor([[0, 0, 1, 4]])
-    inputs, gradients = kfac_statistics(table, [""], [ids], lambda model, batch: model(batch).sum())[""]
-    torch.testing.assert_close(inputs, torch.diag(torch.tensor([0.5, 0.25, 0.0, 0.0, 0.25])))
+class Tokens(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.table = nn.Embedding(5, 3)
+
+    def forward(self, ids):
+        return self.table(ids)
+
+
+def test_kfac_statistics_of_a_token_table_are_its_rows_frequencies_and_its_truncation_keeps_the_frequent_rows():
+    torch.manual_seed(0)
+    model, ids = Tokens(), torch.tensor([[0, 0, 1, 4]])
+    inputs, gradients = kfac_statistics(model, ["table"], [ids], lambda m, batch: m(batch).sum())["table"]
+    torch.testing.assert_close(inputs, torch.tensor([0.5, 0.25, 0.0, 0.0, 0.25]), msg="the diagonal only, as a vector")
     torch.testing.assert_close(gradients, torch.ones(3, 3))
+    dense = torch.tensor([[1.0, 0, 0], [0, 0.1, 0], [0, 0, 5.0], [0, 0, 4.0], [0, 0.1, 0.1]])  # the largest rows never seen
+    plain, aware = Tokens(), Tokens()
+    for tokens in (plain, aware):
+        tokens.table.weight.data.copy_(dense)
+    svd_factors_(plain, {"table": 1})
+    kfac_factors_(aware, {"table": 1}, {"table": (inputs, torch.eye(3))})
+    assert type(aware.table).__name__ == "LowRankEmbedding"
+    torch.testing.assert_close(aware(torch.tensor([0])), dense[:1], rtol=1e-4, atol=1e-4, msg="the most frequent row kept")
+    assert plain(torch.tensor([0])).norm() < 1e-4, "where the plain SVD keeps the largest rows"
 
 
 def test_magnitude_pruning_keeps_the_weights_asked_for():
