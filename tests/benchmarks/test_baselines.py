@@ -22,18 +22,24 @@ class Net(nn.Module):
         return self.second(torch.relu(self.first(x)))
 
 
+def copies(net: Net, count: int) -> list[Net]:
+    """``count`` fresh ``Net``s holding ``net``'s weights."""
+    fresh = [Net() for _ in range(count)]
+    for copy in fresh:
+        copy.load_state_dict(net.state_dict())
+    return fresh
+
+
 def test_asvd_at_full_rank_is_exact_and_at_low_rank_favours_the_inputs_the_data_uses():
     torch.manual_seed(0)
     net = Net()
     x = torch.randn(64, 16) * torch.cat([torch.full((4,), 10.0), torch.full((12,), 0.1)])  # 4 inputs carry the data
     scales = activation_scales(net, ["first"], [{"x": x}])
     assert scales["first"][:4].min() > 5 * scales["first"][4:].max()
-    exact = Net()
-    exact.load_state_dict(net.state_dict())
+    (exact,) = copies(net, 1)
     asvd_factors_(exact, {"first": 16}, scales)
     torch.testing.assert_close(exact.first(x), net.first(x), rtol=1e-4, atol=1e-4)
-    plain, aware = Net(), Net()
-    plain.load_state_dict(net.state_dict()), aware.load_state_dict(net.state_dict())
+    plain, aware = copies(net, 2)
     svd_factors_(plain, {"first": 4})
     asvd_factors_(aware, {"first": 4}, scales)
     target = net.first(x)
@@ -48,13 +54,11 @@ def test_fwsvd_at_full_rank_is_exact_and_at_low_rank_favours_the_outputs_the_los
     x = torch.randn(64, 16)
     scales = fisher_scales(net, ["first", "second"], [x], lambda model, batch: model(batch).pow(2).mean())
     assert scales["first"][:4].min() > 100 * scales["first"][4:].max() and set(scales) == {"first", "second"}
-    exact = Net()
-    exact.load_state_dict(net.state_dict())
+    (exact,) = copies(net, 1)
     fwsvd_factors_(exact, {"first": 16}, scales)
     torch.testing.assert_close(exact.first(x), net.first(x), rtol=1e-4, atol=1e-4)
     assert all(p.grad is None for p in net.parameters()), "the gradients taken are cleared"
-    plain, aware = Net(), Net()
-    plain.load_state_dict(net.state_dict()), aware.load_state_dict(net.state_dict())
+    plain, aware = copies(net, 2)
     svd_factors_(plain, {"first": 4})
     fwsvd_factors_(aware, {"first": 4}, {"first": scales["first"]})
     target = net.first(x)[:, :4]
@@ -72,12 +76,10 @@ def test_kfac_svd_at_full_rank_is_exact_and_at_low_rank_loses_less_of_the_loss_t
     inputs, gradients = statistics["first"]
     assert inputs.shape == (16, 16) and gradients.shape == (32, 32) and gradients[4:, 4:].abs().max() == 0
     assert all(p.grad is None for p in net.parameters()), "the gradients taken are cleared"
-    exact = Net()
-    exact.load_state_dict(net.state_dict())
+    (exact,) = copies(net, 1)
     kfac_factors_(exact, {"first": 16}, statistics)
     torch.testing.assert_close(exact.first(x), net.first(x), rtol=1e-3, atol=1e-3)
-    plain, aware = Net(), Net()
-    plain.load_state_dict(net.state_dict()), aware.load_state_dict(net.state_dict())
+    plain, aware = copies(net, 2)
     svd_factors_(plain, {"first": 3})
     kfac_factors_(aware, {"first": 3}, statistics)
     dense = loss_of(net, x).detach()
