@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from benchmarks.quality.models import _shape, svd_factors_
+from benchmarks.quality.models import _shape, stored_in_out, svd_factors_
 from comera_lightning.callback.distill import DistillConfig, Teacher
 
 #: ASVD's exponent of the mean absolute activation (their default).
@@ -221,7 +221,7 @@ class _KfacSpectrum:
     in the layer's own storage order."""
 
     def __init__(self, layer: nn.Module, inputs: torch.Tensor, gradients: torch.Tensor) -> None:
-        self.transposed = isinstance(layer, nn.Embedding) or type(layer).__name__ == "Conv1D"
+        self.transposed = stored_in_out(layer)
         weight = layer.weight.float().T if self.transposed else layer.weight.float()  # (out, in)
         (a_half, self.a_inverse), (g_half, self.g_inverse) = _damped_roots(inputs), _damped_roots(gradients)
         self.left, self.singular, self.right = torch.linalg.svd(_on_inputs(g_half @ weight, a_half), full_matrices=False)

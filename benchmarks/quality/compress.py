@@ -182,6 +182,7 @@ def plain_baselines(args: argparse.Namespace, spec: ModelSpec, data: Any, state:
                     systems: list[str], settings: RaceSettings, extra: int, modules: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """ASVD, FWSVD, K-FAC SVD (at CoMERA's ranks and at measured ones) and magnitude pruning, each + fine-tuning at
     CoMERA's sizes, those of ``systems`` asked (their trained modules added to ``modules``)."""
+    import functools
     import itertools
 
     from benchmarks.quality.baselines import (activation_scales, asvd_factors_, fisher_scales, fwsvd_factors_, kept_weights,
@@ -193,20 +194,22 @@ def plain_baselines(args: argparse.Namespace, spec: ModelSpec, data: Any, state:
         return results
     dense = trained_model(args, spec, data, state).model.eval()
     loss_of = lambda model, batch: model(**batch).loss
+    batches = list(itertools.islice(data.train_dataloader(), CALIBRATION_BATCHES + HELD_BATCHES))  # the same each call
+    calibration, held = batches[:CALIBRATION_BATCHES], batches[CALIBRATION_BATCHES:]
+    kfac = functools.cache(lambda: kfac_statistics(dense, ranks, calibration, loss_of))  # kfac_ft's and the measured paths'
     calibrations = {  # each weighted SVD: its scales from the dense model on calibration batches, and its factors
-        "asvd_ft": (lambda batches: activation_scales(dense, ranks, batches), asvd_factors_),
-        "fwsvd_ft": (lambda batches: fisher_scales(dense, ranks, batches, loss_of), fwsvd_factors_),
-        "kfac_ft": (lambda batches: kfac_statistics(dense, ranks, batches, loss_of), kfac_factors_),
+        "asvd_ft": (lambda: activation_scales(dense, ranks, calibration), asvd_factors_),
+        "fwsvd_ft": (lambda: fisher_scales(dense, ranks, calibration, loss_of), fwsvd_factors_),
+        "kfac_ft": (kfac, kfac_factors_),
     }
     for system in [s for s in calibrations if s in systems]:
         calibrate, factors_ = calibrations[system]
-        scales = calibrate(itertools.islice(data.train_dataloader(), CALIBRATION_BATCHES))
+        scales = calibrate()
         results[system], modules[system] = fit(system, spec, settings, data, lr=args.ft_lr, steps=extra, start_from=copy.deepcopy(state),
                                                transform=lambda model: factors_(model, ranks, scales))
     if {"svd_ft_measured", "kfac_ft_measured"} & set(systems):
-        batches = list(itertools.islice(data.train_dataloader(), CALIBRATION_BATCHES + HELD_BATCHES))
-        statistics = kfac_statistics(dense, ranks, batches[:CALIBRATION_BATCHES], loss_of)
-        measured = measured_ranks(dense, statistics, kept_weights(ranks, dense), batches[CALIBRATION_BATCHES:], loss_of)
+        statistics = kfac()
+        measured = measured_ranks(dense, statistics, kept_weights(ranks, dense), held, loss_of)
         truncations = {"svd_ft_measured": lambda model: svd_factors_(model, measured),
                        "kfac_ft_measured": lambda model: kfac_factors_(model, measured, statistics)}
         for system in [s for s in truncations if s in systems]:

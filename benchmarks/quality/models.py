@@ -149,6 +149,12 @@ def _cost(shape: tuple[int, int, int], rank: int) -> int:
     return min(rank * (rows + cols), rows * cols) + bias  # a factorisation no smaller than the layer stays dense
 
 
+def stored_in_out(layer: nn.Module) -> bool:
+    """Whether ``layer.weight`` is stored ``(in, out)``, rows by inputs (a token table's ids, a ``Conv1D``'s features),
+    not as ``nn.Linear``'s ``(out, in)``."""
+    return isinstance(layer, nn.Embedding) or type(layer).__name__ == "Conv1D"
+
+
 @torch.no_grad()
 def svd_factors_(model: nn.Module, ranks: dict[str, int]) -> None:
     """Replace each layer of ``ranks`` by its truncated SVD as plain factors (``U√S``, ``√S·Vᵀ``) of that rank: the
@@ -157,7 +163,7 @@ def svd_factors_(model: nn.Module, ranks: dict[str, int]) -> None:
         old = model.get_submodule(name)
         rows, cols, bias = _shape(old)
         weight = old.weight.detach().float()
-        weight = weight if isinstance(old, nn.Embedding) or type(old).__name__ == "Conv1D" else weight.T  # (rows, cols)
+        weight = weight if stored_in_out(old) else weight.T  # (rows, cols)
         left, singular, right = torch.linalg.svd(weight, full_matrices=False)
         root = singular[:rank].sqrt()
         a, b = left[:, :rank] * root, root[:, None] * right[:rank]
